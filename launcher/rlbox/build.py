@@ -1,0 +1,131 @@
+"""Build an image: a pure plan (the exact buildx command) and a thin executor that runs it."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import RlboxError
+from .matrix import ResolvedVariant
+
+# Lines our in-image scripts print when they stop a build (rlbox-apply-patches, rlbox-verify...).
+_SCRIPT_ERROR = re.compile(r"rlbox error: (.*)")
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    ref: str
+    argv: tuple[str, ...]
+    dockerfile: Path
+    context: Path
+    platform: str
+    tags: tuple[str, ...]
+    push: bool
+    build_args: dict[str, str] = field(default_factory=dict)
+
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+
+def plan(
+    variant: ResolvedVariant,
+    *,
+    platform: str | None = None,
+    base_image: str | None = None,
+    tags: tuple[str, ...] = (),
+    pip_index: str | None = None,
+    apt_mirror: str | None = None,
+    git_mirror: str | None = None,
+    hf_endpoint: str | None = None,
+    ca_bundle: Path | None = None,
+    push: bool = False,
+    network: str | None = None,
+    revision: str | None = None,
+    no_cache: bool = False,
+    docker: str = "docker",
+) -> BuildPlan:
+    """The exact ``docker buildx build`` for one variant. Pure: reads no image, runs nothing."""
+    platform = platform or variant.platform
+    if platform not in variant.hardware.platforms:
+        raise RlboxError(
+            f"--platform {platform} does not fit {variant.ref}: hardware {variant.hardware_name} "
+            f"runs {', '.join(variant.hardware.platforms)}"
+        )
+    dockerfile = variant.root / variant.dockerfile
+    if not dockerfile.is_file():
+        raise RlboxError(f"{variant.dockerfile} is missing: run `rlbox render` first")
+    if ca_bundle is not None:
+        ca_bundle = Path(ca_bundle).resolve()
+        if not ca_bundle.is_file():
+            raise RlboxError(f"--ca-bundle {ca_bundle}: no such file (give a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt)")
+    tags = tuple(tags) or (variant.image,)
+    args: dict[str, str] = {}
+    if base_image:
+        args["BASE_IMAGE"] = base_image
+    for key, value in (
+        ("PIP_INDEX", pip_index),
+        ("APT_MIRROR", apt_mirror),
+        ("GIT_MIRROR", git_mirror),
+        ("HF_ENDPOINT", hf_endpoint),
+    ):
+        if value:
+            args[key] = value
+    args["RLBOX_REVISION"] = revision or "unknown"
+    argv = [docker, "buildx", "build", "--progress", "plain", "--platform", platform, "--file", str(dockerfile)]
+    for tag in tags:
+        argv += ["--tag", tag]
+    for key, value in args.items():
+        argv += ["--build-arg", f"{key}={value}"]
+    if ca_bundle is not None:
+        argv += ["--secret", f"id=ca,src={ca_bundle}"]
+    if network:
+        argv += ["--network", network]
+    if no_cache:
+        argv.append("--no-cache")
+    argv.append("--push" if push else "--load")
+    argv.append(str(variant.root))
+    return BuildPlan(variant.ref, tuple(argv), dockerfile, variant.root, platform, tags, push, args)
+
+
+def execute(build: BuildPlan, *, echo=None) -> None:
+    """Run the plan, streaming BuildKit's log; a failure becomes one line naming its cause."""
+    echo = echo or (lambda line: print(line, file=sys.stderr))
+    docker = build.argv[0]
+    if shutil.which(docker) is None:
+        raise RlboxError(f"`{docker}` not found: install the Docker CLI with the buildx plugin")
+    probe = subprocess.run([docker, "buildx", "version"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise RlboxError("docker buildx is not available: install the buildx plugin (see README, 'Set up')")
+    tail: deque[str] = deque(maxlen=60)
+    cause = None
+    proc = subprocess.Popen(build.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            echo(line)
+            tail.append(line)
+            match = _SCRIPT_ERROR.search(line)
+            if match:
+                cause = match.group(1)
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait()
+        raise RlboxError(f"build of {build.ref} interrupted", exit_code=130) from None
+    if code != 0:
+        if cause is None:
+            cause = _generic_cause(tail)
+        raise RlboxError(f"build of {build.ref} failed: {cause}", exit_code=1)
+
+
+def _generic_cause(tail) -> str:
+    for line in reversed(tail):
+        if line.startswith("ERROR:") or "error:" in line.lower():
+            return line.removeprefix("ERROR: ").strip()
+    return "see the build log above"
