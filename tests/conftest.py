@@ -1,0 +1,78 @@
+"""Shared fixtures. Engine tests use a real Docker engine with buildx; under CI=true they must
+run (a missing engine fails them), elsewhere they skip with the reason."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import selftest  # noqa: E402
+
+REPO = selftest.REPO
+
+
+def rlbox(*args, cwd=None, env=None, check=False) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would."""
+    full_env = dict(os.environ, **(env or {}))
+    full_env.pop("RLBOX_ROOT", None) if env is None or "RLBOX_ROOT" not in env else None
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlbox.cli", *map(str, args)],
+        cwd=cwd or REPO, env=full_env, text=True, capture_output=True,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"rlbox {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def engine_problem() -> str | None:
+    if shutil.which("docker") is None:
+        return "docker CLI not installed"
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        return "Docker engine not reachable"
+    if subprocess.run(["docker", "buildx", "version"], capture_output=True).returncode != 0:
+        return "docker buildx plugin missing"
+    return None
+
+
+@pytest.fixture(scope="session")
+def engine():
+    problem = engine_problem()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"engine test under CI=true but {problem}: .ci/run must provision it")
+        pytest.skip(problem)
+    selftest.ensure_base_images()
+
+
+@pytest.fixture(scope="session")
+def ca_bundle(tmp_path_factory) -> Path:
+    """The host's CA bundle plus a unique marker line: lets tests prove it never lands in a layer."""
+    path = tmp_path_factory.mktemp("ca") / "ca-bundle.pem"
+    host = Path("/etc/ssl/certs/ca-certificates.crt").read_text()
+    path.write_text(f"# rlbox-test-ca-marker-{os.getpid()}\n{host}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def fixture_git(tmp_path_factory, engine):
+    base = tmp_path_factory.mktemp("git")
+    repo = selftest.FixtureRepo(base / "fixture.git").create()
+    with selftest.GitDaemon(base) as daemon:
+        yield repo, daemon
+
+
+@pytest.fixture(scope="session")
+def selftest_image(tmp_path_factory, fixture_git, ca_bundle):
+    """The self-test image, built once per session through `rlbox build`."""
+    repo, daemon = fixture_git
+    tree = selftest.make_tree(tmp_path_factory.mktemp("tree") / "rlbox", daemon.url("fixture.git"),
+                              repo.commit, selftest.fixture_patches(repo))
+    proc = rlbox(*selftest.build_argv(tree, ca_bundle)[1:], cwd=tree)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    yield tree, selftest.IMAGE, proc

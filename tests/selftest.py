@@ -1,0 +1,195 @@
+"""The self-test image: built through the real templates, render and build code on a local base.
+
+The CANN bases cannot be pulled here, so the self-test release builds on a Debian bookworm made
+by debootstrap (tests/fixtures/make-base-image.sh) plus stand-in CANN ``set_env.sh`` scripts
+(tests/fixtures/cann-sim). Its components are a real PyPI pin (through the CA secret) and a
+fixture git repository at a pinned commit, served by ``git daemon`` on loopback, with a real
+patch series. Used by the engine tests and by bench/build_cache.py.
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+import shutil
+import socket
+import subprocess
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+BASE_IMAGE = "rlbox-test/debian:bookworm"
+CANN_SIM_IMAGE = "rlbox-test/cann-sim:bookworm"
+HARDWARE = "a2" if _platform.machine() in ("aarch64", "arm64") else "ax"
+VARIANT = "a2-arm" if HARDWARE == "a2" else "ax-x86"
+REF = f"selftest:{VARIANT}"
+IMAGE = f"localhost/rlbox-test/selftest:{VARIANT}"
+
+
+def run(*argv, check=True, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], check=check, text=True, capture_output=True, **kw)
+
+
+def ensure_base_images() -> None:
+    """The debootstrapped base and the simulated-CANN layer on it (no registry needed)."""
+    run("bash", FIXTURES / "make-base-image.sh", BASE_IMAGE)
+    if run("docker", "image", "inspect", CANN_SIM_IMAGE, check=False).returncode != 0:
+        run("docker", "buildx", "build", "--load", "--tag", CANN_SIM_IMAGE,
+            "--build-arg", f"BASE={BASE_IMAGE}", FIXTURES / "cann-sim")
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class FixtureRepo:
+    """A small Python package in a git repository with a tagged commit and patches made from it."""
+
+    path: Path
+    commit: str = ""
+
+    def create(self) -> "FixtureRepo":
+        pkg = self.path / "rlbox_fixture"
+        pkg.mkdir(parents=True)
+        (self.path / "pyproject.toml").write_text(textwrap.dedent("""\
+            [build-system]
+            requires = ["setuptools>=61"]
+            build-backend = "setuptools.build_meta"
+
+            [project]
+            name = "rlbox-fixture"
+            version = "1.0.0"
+
+            [tool.setuptools]
+            packages = ["rlbox_fixture"]
+        """))
+        (pkg / "__init__.py").write_text(textwrap.dedent("""\
+            GREETING = "upstream"
+
+
+            def features():
+                return []
+        """))
+        git = ["git", "-C", self.path, "-c", "user.name=rlbox", "-c", "user.email=rlbox@localhost"]
+        run("git", "init", "-q", "-b", "main", self.path)
+        run(*git, "add", "-A")
+        run(*git, "commit", "-q", "-m", "fixture 1.0.0")
+        run(*git, "tag", "v1.0.0")
+        run("git", "-C", self.path, "config", "uploadpack.allowAnySHA1InWant", "true")
+        self.commit = run("git", "-C", self.path, "rev-parse", "HEAD").stdout.strip()
+        # A later commit on main, so the pinned one is not simply the tip.
+        (self.path / "CHANGELOG").write_text("1.1.0: later work\n")
+        run(*git, "add", "-A")
+        run(*git, "commit", "-q", "-m", "fixture 1.1.0")
+        return self
+
+    def patch(self, old: str, new: str, subject: str) -> str:
+        """A unified diff against the pinned commit replacing ``old`` by ``new`` in __init__.py."""
+        rel = "rlbox_fixture/__init__.py"
+        original = run("git", "-C", self.path, "show", f"{self.commit}:{rel}").stdout
+        if old not in original:
+            raise ValueError(f"{old!r} not in fixture source")
+        tmp = self.path.parent / "patch-work"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        run("git", "clone", "-q", self.path, tmp)
+        run("git", "-C", tmp, "checkout", "-q", self.commit)
+        (tmp / rel).write_text(original.replace(old, new))
+        diff = run("git", "-C", tmp, "diff").stdout
+        shutil.rmtree(tmp)
+        return f"Subject: {subject}\n\n{diff}"
+
+
+class GitDaemon:
+    """`git daemon` serving a directory on 127.0.0.1 (the build reaches it with --network host)."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = None
+
+    def url(self, name: str) -> str:
+        return f"git://127.0.0.1:{self.port}/{name}"
+
+    def __enter__(self) -> "GitDaemon":
+        self.proc = subprocess.Popen(
+            ["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", f"--port={self.port}",
+             f"--base-path={self.base}", str(self.base)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            time.sleep(0.05)
+        self.proc.kill()
+        raise RuntimeError("git daemon did not start")
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------
+PATCH_GREETING = ('GREETING = "upstream"', 'GREETING = "patched by rlbox"', "fixture: greet from rlbox")
+PATCH_FEATURE = ("    return []", '    return ["npu"]', "fixture: report the npu feature")
+
+
+def manifest(git_url: str, commit: str, patches: list[str]) -> dict:
+    return {
+        "release": "selftest",
+        "description": "rlbox self-test image: simulated CANN on Debian bookworm",
+        "sources": ["tests/selftest.py"],
+        "image": {"registry": "localhost/rlbox-test", "name": "selftest"},
+        "base": {"image": "rlbox-test/cann-sim", "tag": "bookworm"},
+        "os": "debian12",
+        "python": "3.11",
+        "cann": {
+            "version": "8.3.RC1",
+            "env_scripts": ["/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/nnal/atb/set_env.sh"],
+            "python_packages": ["decorator"],
+        },
+        "driver": {"min": "25.3.RC1"},
+        "system_packages": {"apt": ["git", "patch", "iproute2", "procps"]},
+        "user": {"name": "rlbox", "uid": 1001},
+        "env": {"HF_ENDPOINT": "https://huggingface.co", "RLBOX_SELFTEST": "1"},
+        "components": {
+            "six": {"pip": "six==1.17.0"},
+            "fixture": {"git": git_url, "commit": commit, "ref": "v1.0.0", "patches": patches},
+        },
+        "variants": {VARIANT: {"hardware": HARDWARE}},
+    }
+
+
+def make_tree(dest: Path, git_url: str, commit: str, patches: dict[str, str]) -> Path:
+    """An rlbox tree (images/, templates/, patches/, rendered dockerfiles/) for the self-test."""
+    from rlbox import matrix, render
+
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "images").mkdir(parents=True)
+    shutil.copytree(REPO / "templates", dest / "templates")
+    shutil.copy(REPO / "images" / "hardware.yaml", dest / "images" / "hardware.yaml")
+    shutil.copy(REPO / ".dockerignore", dest / ".dockerignore")
+    (dest / "patches" / "fixture").mkdir(parents=True)
+    for name, text in patches.items():
+        (dest / "patches" / "fixture" / name).write_text(text)
+    (dest / "images" / "selftest.yaml").write_text(yaml.safe_dump(manifest(git_url, commit, sorted(patches)), sort_keys=False))
+    render.write(matrix.load(dest))
+    return dest
+
+
+def fixture_patches(repo: FixtureRepo) -> dict[str, str]:
+    return {
+        "0001-greeting.patch": repo.patch(*PATCH_GREETING),
+        "0002-feature.patch": repo.patch(*PATCH_FEATURE),
+    }
+
+
+def build_argv(tree: Path, ca_bundle: Path, *extra: str) -> list[str]:
+    return ["rlbox", "build", REF, "--network", "host", "--ca-bundle", str(ca_bundle), *extra]

@@ -1,0 +1,145 @@
+"""The self-test image, built on a real engine through the same templates and build code.
+
+Read back with the Docker SDK (as jupyter/docker-stacks does): labels, /etc/rlbox/image.json,
+the patched source, the CANN environment in every kind of process, jemalloc, the non-root user,
+and the absence of the CA bundle and of pip/apt caches in every layer.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+
+import docker
+import pytest
+
+import selftest
+from conftest import rlbox
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def client(engine):
+    return docker.from_env()
+
+
+def sh(client, image, script, entrypoint=None, user=None):
+    kw = {"entrypoint": entrypoint} if entrypoint is not None else {}
+    out = client.containers.run(image, script, remove=True, user=user, **kw)
+    return out.decode().strip()
+
+
+def test_labels_and_manifest_record_every_pin_and_patch(client, selftest_image):
+    tree, image, _ = selftest_image
+    labels = client.images.get(image).labels
+    expected = json.loads((tree / "dockerfiles" / "selftest" / selftest.VARIANT / "image.json").read_text())
+    assert labels["io.rlbox.release"] == "selftest"
+    assert labels["io.rlbox.component.six"] == "six==1.17.0"
+    fixture = expected["components"]["fixture"]
+    assert labels["io.rlbox.component.fixture"] == f"git+{fixture['git']}@{fixture['commit']}"
+    assert labels["org.opencontainers.image.version"] == selftest.REF
+    for p in expected["patches"]:
+        assert f"{p['name']}@sha256:{p['sha256']}" in labels["io.rlbox.patches"]
+    proc = rlbox("inspect", image, "--json", check=True)
+    info = json.loads(proc.stdout)
+    assert info["manifest"] == expected
+    assert info["labels"] == labels
+
+
+def test_pinned_commit_with_patch_series_applied(client, selftest_image):
+    tree, image, _ = selftest_image
+    manifest = json.loads((tree / "dockerfiles" / "selftest" / selftest.VARIANT / "image.json").read_text())
+    out = sh(client, image, ["python3", "-c", "import rlbox_fixture as f; print(f.GREETING, f.features())"])
+    assert out == "patched by rlbox ['npu']"
+    head = sh(client, image, ["git", "-C", "/opt/rlbox/src/fixture", "rev-parse", "HEAD"])
+    assert head == manifest["components"]["fixture"]["commit"]
+    applied = sh(client, image, ["cat", "/etc/rlbox/patches.applied"]).splitlines()
+    assert applied == [f"{p['name']} sha256:{p['sha256']}" for p in manifest["patches"]]
+    assert sh(client, image, ["rlbox-verify", "/etc/rlbox/image.json"]).startswith("rlbox-verify: selftest:")
+
+
+def test_cann_environment_reaches_every_kind_of_process(client, selftest_image):
+    _, image, _ = selftest_image
+    want = "/usr/local/Ascend/ascend-toolkit/latest"
+    # the container's own command through the entrypoint, no shell involved (Ray's processes)
+    assert sh(client, image, ["python3", "-c", "import os; print(os.environ['ASCEND_TOOLKIT_HOME'])"]) == want
+    # non-interactive bash without the entrypoint (BASH_ENV)
+    assert sh(client, image, ["-c", "echo $ATB_HOME_PATH"], entrypoint="bash").endswith("cxx_abi_1")
+    # login shell (/etc/profile.d)
+    assert sh(client, image, ["-lc", "echo $ASCEND_OPP_PATH"], entrypoint="bash") == f"{want}/opp"
+    # docker exec into a running container
+    box = client.containers.run(image, ["sleep", "60"], detach=True)
+    try:
+        code, out = box.exec_run(["bash", "-c", "echo $ASCEND_TOOLKIT_HOME"])
+        assert code == 0 and out.decode().strip() == want
+        code, out = box.exec_run(["bash", "-ic", "echo $ASCEND_HOME_PATH"])
+        assert out.decode().strip().endswith(want)
+    finally:
+        box.remove(force=True)
+
+
+def test_jemalloc_preloaded_and_user_available(client, selftest_image):
+    _, image, _ = selftest_image
+    maps = sh(client, image, ["python3", "-c", "print(open('/proc/self/maps').read())"])
+    assert "libjemalloc.so.2" in maps
+    assert sh(client, image, ["id", "-un"], user="rlbox") == "rlbox"
+    home = sh(client, image, ["bash", "-c", "getent passwd rlbox | cut -d: -f6"])
+    assert not home.startswith("/home")
+    assert sh(client, image, ["bash", "-c", "python3 -c 'import sys; print(sys.prefix)'"]) == "/opt/rlbox/venv"
+
+
+def _added_layer_files(client, image, base):
+    """(layer, path, bytes) of every regular file in the layers the build added on top of base."""
+    skip = len(client.images.get(base).attrs["RootFS"]["Layers"])
+    raw = b"".join(client.images.get(image).save(named=True))
+    with tarfile.open(fileobj=io.BytesIO(raw)) as outer:
+        layers = json.load(outer.extractfile("manifest.json"))[0]["Layers"]
+        assert len(layers) > skip
+        for name in layers[skip:]:
+            with tarfile.open(fileobj=outer.extractfile(name)) as layer:
+                for item in layer.getmembers():
+                    if item.isfile() and not item.name.rsplit("/", 1)[-1].startswith(".wh."):
+                        yield name, item.name, layer.extractfile(item).read()
+
+
+def test_no_ca_bundle_and_no_caches_in_any_layer(client, selftest_image, ca_bundle):
+    _, image, _ = selftest_image
+    marker = ca_bundle.read_text().splitlines()[0].encode()
+    ca_bytes = ca_bundle.read_bytes()
+    leaked, caches, seen = [], [], 0
+    for layer, path, data in _added_layer_files(client, image, selftest.CANN_SIM_IMAGE):
+        seen += 1
+        if marker in data or data == ca_bytes or path.startswith("run/secrets/"):
+            leaked.append((layer, path))
+        if path.startswith(("root/.cache/pip/", "var/lib/apt/lists/", "var/cache/apt/archives/")) and not path.endswith("lock"):
+            caches.append(path)
+    assert seen > 500  # really read the added layers (apt packages, venv, sources)
+    assert leaked == []
+    assert caches == []
+
+
+def test_broken_patch_fails_naming_component_and_patch(tmp_path, fixture_git, ca_bundle, selftest_image, client):
+    repo, daemon = fixture_git
+    patches = selftest.fixture_patches(repo)
+    # A patch written against other code: it cannot apply to the pinned commit.
+    patches["0003-broken.patch"] = patches["0001-greeting.patch"].replace('"upstream"', '"someone else"', 1)
+    tree = selftest.make_tree(tmp_path / "rlbox", daemon.url("fixture.git"), repo.commit, patches)
+    before = {c.id for c in client.containers.list(all=True)}
+    proc = rlbox(*selftest.build_argv(tree, ca_bundle, "--tag", "localhost/rlbox-test/broken:1")[1:], cwd=tree)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlbox: error: build of selftest:")
+    assert "patch fixture/0003-broken.patch does not apply to fixture@" + repo.commit in last
+    assert "Traceback" not in proc.stderr
+    assert {c.id for c in client.containers.list(all=True)} == before
+    with pytest.raises(docker.errors.ImageNotFound):
+        client.images.get("localhost/rlbox-test/broken:1")
+
+
+def test_inspect_of_foreign_image_is_one_line(engine):
+    proc = rlbox("inspect", selftest.CANN_SIM_IMAGE)
+    assert proc.returncode == 2 and "was not built by rlbox" in proc.stderr
+    proc = rlbox("inspect", "localhost/rlbox-test/nothing:here")
+    assert proc.returncode == 2 and "is not on this engine" in proc.stderr
