@@ -22,7 +22,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
-BASE_IMAGE = "rlbox-test/debian:bookworm"
+BASE_IMAGE = "rlbox/debian:bookworm"
 CANN_SIM_IMAGE = "rlbox-test/cann-sim:bookworm"
 HARDWARE = "a2" if _platform.machine() in ("aarch64", "arm64") else "ax"
 VARIANT = "a2-arm" if HARDWARE == "a2" else "ax-x86"

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__, build, matrix, provenance, render
+from . import recipes as recipes_mod
 from .errors import RlboxError
 from .paths import find_root
 
@@ -187,6 +188,224 @@ def inspect_cmd(image: str, as_json: bool):
     out.print(table)
     for p in man.get("patches", []):
         out.print(f"  patch {p['name']}  sha256:{p['sha256']}")
+
+# ---------------------------------------------------------------------------------------------
+RUNS_DIR = click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+                        envvar="RLBOX_RUNS_DIR", help="Where run state and job logs are kept.")
+NAME = click.option("--name", default="verl", show_default=True, help="Run name: labels every container of the run.")
+
+
+@cli.command("run", context_settings={"ignore_unknown_options": False})
+@click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head): HOST, USER@HOST or USER@HOST:PORT.")
+@click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Cluster YAML (per-host ssh, nic, mounts) or a hostfile.")
+@click.option("--nodes", type=int, help="Number of nodes; must agree with the hosts given (with --sim: how many to simulate).")
+@click.option("--sim", is_flag=True, help="Rehearse on simulated nodes: containers on the local engine, devices mapped from /dev/null.")
+@click.option("--image", help="RELEASE:VARIANT from the matrix or a full image reference (default for --sim: rlbox_sim).")
+@click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]), help="Hardware profile (default: the image's; a3 for --sim).")
+@click.option("--devices", type=int, help="NPUs per node (default: the host's /dev/davinci* count; the profile's for --sim).")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Extra mount on every node (models, data, checkpoints).")
+@click.option("--nic", help="Socket interface for HCCL/GLOO/TP on every node (default: detected per node, the one routing to the head).")
+@click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Extra environment for every node's container.")
+@click.option("--privileged", is_flag=True, help="Run node containers privileged (off by default; devices are passed one by one).")
+@NAME
+@click.option("--replace", is_flag=True, help="Remove a live run of the same name first instead of refusing.")
+@click.option("--recipe", help="A shipped recipe (rlbox recipes list).")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Recipe parameter (model path, data files, checkpoint dir).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Extra or replacing Hydra override for the recipe.")
+@click.option("--smoke-test", is_flag=True, help="Job: check that every NPU of every node is visible through Ray.")
+@click.option("--timeout", type=float, default=300, show_default=True, help="Seconds to wait for every NPU to join.")
+@click.option("--detach", is_flag=True, help="Return once the job is submitted; follow with `rlbox logs -f`, end with `rlbox stop`.")
+@click.option("--keep", is_flag=True, help="Keep the cluster up after the job ends (remove it with `rlbox stop`).")
+@click.option("--dry-run", is_flag=True, help="Print per node the exact docker run, the Ray command and the job; touch no host.")
+@click.option("--sim-driver", help="Driver version the simulated hosts report (default: the image's minimum).")
+@click.option("--num-cpus", "cpus", type=int, help="CPUs each node offers to Ray (default: Ray detects).")
+@click.option("--nofile", type=int, help="Open-files limit of node containers (default 65536, capped for the local engine).")
+@RUNS_DIR
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, envs, privileged, name, replace,
+            recipe, params, sets, smoke_test, timeout, detach, keep, dry_run, sim_driver, cpus, nofile, runs_dir, command):
+    """Start the training container on every node, bring up Ray, run the job, tear down.
+
+    \b
+    rlbox run --sim --nodes 4 --hardware a3 --smoke-test
+    rlbox run --hosts 10.0.0.1,10.0.0.2 --image verl_pt27_25rc3:a3-arm --mount /data \\
+        -- python3 -m verl.trainer.main_ppo data.train_files=/data/train.parquet ...
+    rlbox run --cluster cluster.yaml --recipe dapo-qwen3-32b-a3 --param model_path=/data/Qwen3-32B
+    """
+    from . import launch, run as runner
+
+    req = launch.RunRequest(
+        hosts=hosts, cluster_file=cluster_file, nodes=nodes, sim=sim, image=image, hardware=hardware,
+        devices=devices, mounts=list(mounts), nic=nic, env=list(envs), privileged=privileged, name=name,
+        recipe=recipe, params=list(params), sets=list(sets), smoke_test=smoke_test, command=list(command),
+        runs_dir=runs_dir, sim_driver=sim_driver, cpus=cpus, nofile=nofile, dry_run=dry_run,
+    )
+    plan, run_dir = launch.prepare(req)
+    if dry_run:
+        click.echo(plan.describe(), nl=False)
+        return
+
+    def echo(line: str) -> None:
+        err.print(f"[bold]rlbox[/]: {line}", highlight=False)
+
+    def emit(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    outcome = runner.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
+                             detach=detach, keep=keep)
+    if outcome.exit_code:
+        raise RlboxError(f"job of run '{name}' {outcome.status} with exit code {outcome.exit_code}; log: {outcome.log_path}",
+                         exit_code=outcome.exit_code)
+
+
+def _state(runs_dir: Path, name: str) -> dict:
+    path = runs_dir / name / "state.json"
+    if not path.is_file():
+        raise RlboxError(f"no run named '{name}' under {runs_dir} (rlbox run --name {name} ...)")
+    return json.loads(path.read_text())
+
+
+def _hosts_of(state: dict):
+    from .cluster import Host
+
+    return tuple(Host(name=n["host"], ssh_user=n.get("ssh_user"), ssh_port=n.get("ssh_port"),
+                      identity_file=n.get("identity_file"), known_hosts=n.get("known_hosts"),
+                      transport=n.get("transport", "auto")) for n in state["nodes"])
+
+
+@cli.command("status")
+@NAME
+@RUNS_DIR
+@click.option("--json", "as_json", is_flag=True)
+def status_cmd(name, runs_dir, as_json):
+    """Show a run: its nodes' containers and the job's status."""
+    from .hosts import connect_all
+    from .plan import LABEL_RUN
+
+    state = _state(runs_dir, name)
+    nodes = connect_all(_hosts_of(state))
+    rows = []
+    try:
+        for entry, node in zip(state["nodes"], nodes):
+            boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={name}", "name": entry["container"]})
+            rows.append({"node": entry["index"], "host": entry["host"], "role": entry["role"], "npus": entry["npus"],
+                         "container": entry["container"], "state": boxes[0].status if boxes else "absent"})
+        job = None
+        if state.get("submission_id") and any(r["state"] == "running" for r in rows):
+            from .jobs import JobsClient
+
+            url = _dashboard(state, nodes[0])
+            job = JobsClient(url).info(state["submission_id"])
+    finally:
+        for n in nodes:
+            n.close()
+    if as_json:
+        click.echo(json.dumps({"run": name, "phase": state.get("phase"), "nodes": rows, "job": job}, indent=2))
+        return
+    table = Table("NODE", "HOST", "ROLE", "NPUS", "CONTAINER", "STATE", box=None)
+    for r in rows:
+        table.add_row(str(r["node"]), r["host"], r["role"], str(r["npus"]), r["container"], r["state"])
+    out.print(f"run {name} ({state['run_id']}): {state.get('phase')}, image {state['image']}")
+    out.print(table)
+    if job:
+        out.print(f"job {job.get('submission_id')}: {job.get('status')}  {job.get('message') or ''}")
+    elif state.get("status"):
+        out.print(f"job: {state['status']} (exit {state.get('exit_code')})")
+
+
+def _dashboard(state: dict, head_node) -> str:
+    if state.get("sim"):
+        return f"http://127.0.0.1:{state['ports']['dashboard']}"
+    return head_node.forward(state["head"], state["ports"]["dashboard"])
+
+
+@cli.command("logs")
+@NAME
+@RUNS_DIR
+@click.option("-f", "--follow", is_flag=True, help="Keep streaming until the job ends.")
+def logs_cmd(name, runs_dir, follow):
+    """Print the job's log (from the cluster while it runs, else the saved log file)."""
+    from .hosts import connect
+    from .jobs import JobsClient, exit_code
+
+    state = _state(runs_dir, name)
+    if state.get("phase") in ("finished", "removed") or not state.get("submission_id"):
+        log = state.get("log")
+        if not log or not Path(log).is_file():
+            raise RlboxError(f"run '{name}' has no job log (phase {state.get('phase')})")
+        sys.stdout.write(Path(log).read_text())
+        return
+    node = connect(_hosts_of(state)[0])
+    try:
+        client = JobsClient(_dashboard(state, node))
+        if follow:
+            info = client.follow(state["submission_id"], lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+            code = exit_code(info)
+            if code:
+                raise RlboxError(f"job {info.get('status')} with exit code {code}", exit_code=code)
+        else:
+            sys.stdout.write(client.logs(state["submission_id"]))
+    finally:
+        node.close()
+
+
+@cli.command("stop")
+@NAME
+@RUNS_DIR
+def stop_cmd(name, runs_dir):
+    """Remove exactly this run's containers (by label) on every node, and its simulation network."""
+    from .hosts import connect_all
+    from .run import remove_run
+
+    state = _state(runs_dir, name)
+    nodes = connect_all(_hosts_of(state))
+    try:
+        removed = remove_run(nodes, name, (state.get("network") or {}).get("name"))
+    finally:
+        for n in nodes:
+            n.close()
+    path = runs_dir / name / "state.json"
+    path.write_text(json.dumps(state | {"phase": "removed"}, indent=2))
+    click.echo(f"run {name}: removed {removed} container(s) on {len(nodes)} node(s)")
+
+
+@cli.group()
+def recipes():
+    """verl runs shipped as data (the seeds' scripts, typos fixed, paths as parameters)."""
+
+
+@recipes.command("list")
+def recipes_list():
+    """List the shipped recipes."""
+    table = Table("RECIPE", "HW", "NODES", "RELEASE", "DESCRIPTION", box=None)
+    for r in recipes_mod.all_recipes():
+        table.add_row(r.name, r.hardware, str(r.nodes), r.release, r.description)
+    out.print(table)
+
+
+@recipes.command("show")
+@click.argument("name")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
+def recipes_show(name, params, sets):
+    """Show a recipe: source, parameters, environment and the resolved command."""
+    import shlex
+
+    from .launch import _pairs
+
+    r = recipes_mod.load(name)
+    argv, env = r.resolve(_pairs(list(params), "--param"), list(sets))
+    out.print(f"[bold]{r.name}[/]: {r.description}")
+    out.print(f"  source: {r.source}\n  release {r.release}, hardware {r.hardware}, {r.nodes} node(s)")
+    for k, p in r.params.items():
+        out.print(f"  --param {k}={p.default}    {p.help}", markup=False)
+    for k, v in env.items():
+        out.print(f"  env {k}={v}", markup=False)
+    for note in r.notes:
+        out.print(f"  note: {note}", markup=False)
+    click.echo((f"cd {shlex.quote(r.working_dir)} && " if r.working_dir else "") + " \\\n    ".join(shlex.quote(a) for a in argv))
 
 
 def main():

@@ -74,8 +74,8 @@ class Base(_Strict):
 
 
 class Cann(_Strict):
-    version: str
-    env_scripts: list[str] = Field(min_length=1)
+    version: str = Field(description="CANN release, or `none` for an image without CANN (simulation)")
+    env_scripts: list[str] = Field(default_factory=list)
     python_packages: list[str] = Field(
         default_factory=list, description="what CANN's own Python tools import (te, hccl); held by later pins"
     )
@@ -83,9 +83,19 @@ class Cann(_Strict):
     @field_validator("version")
     @classmethod
     def _version(cls, v: str) -> str:
+        if v == "none":
+            return v
         if not re.fullmatch(r"\d+\.\d+\.(\d+|RC\d+)(\.\w+)?", v):
             raise ValueError(f"'{v}' is not a CANN version such as 8.3.RC1 or 8.5.0")
         return v
+
+    @model_validator(mode="after")
+    def _scripts(self) -> "Cann":
+        if self.version != "none" and not self.env_scripts:
+            raise ValueError("env_scripts: a CANN image needs its set_env.sh scripts listed")
+        if self.version == "none" and self.env_scripts:
+            raise ValueError("env_scripts: an image without CANN (version none) has no set_env.sh to list")
+        return self
 
 
 class Driver(_Strict):

@@ -1,0 +1,183 @@
+"""From `rlbox run` options to a RunPlan: cluster, image, hardware, devices, job.
+
+Everything here is planning. The one thing read from hosts is their NPU count when it is not
+known otherwise (real cluster, no --devices, not a dry run).
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cluster, hosts, jobs, matrix, recipes, sim
+from .errors import RlboxError
+from .paths import find_root
+from .plan import NOFILE, JobPlan, Profile, RunPlan, plan_run
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
+
+
+@dataclass
+class RunRequest:
+    hosts: str | None = None
+    cluster_file: Path | None = None
+    nodes: int | None = None
+    sim: bool = False
+    image: str | None = None
+    hardware: str | None = None
+    devices: int | None = None
+    mounts: list[str] = field(default_factory=list)
+    nic: str | None = None
+    env: list[str] = field(default_factory=list)
+    privileged: bool = False
+    name: str = "verl"
+    recipe: str | None = None
+    params: list[str] = field(default_factory=list)
+    sets: list[str] = field(default_factory=list)
+    smoke_test: bool = False
+    command: list[str] = field(default_factory=list)
+    runs_dir: Path = Path("runs")
+    sim_driver: str | None = None
+    cpus: int | None = None
+    nofile: int | None = None
+    dry_run: bool = False
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise RlboxError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def host_arch_variant() -> str:
+    return "arm64" if _platform.machine() in ("aarch64", "arm64") else "amd64"
+
+
+def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
+    """The plan for a run and its run directory. Raises RlboxError on any inconsistency."""
+    if not NAME.fullmatch(req.name):
+        raise RlboxError(f"--name {req.name!r}: use lower-case letters, digits and '-' (max 41)")
+    recipe = recipes.load(req.recipe) if req.recipe else None
+    jobs_given = sum([bool(recipe), bool(req.command), req.smoke_test])
+    if jobs_given > 1:
+        raise RlboxError("give one job: a command after `--`, --recipe NAME, or --smoke-test")
+    if (req.params or req.sets) and not recipe:
+        raise RlboxError("--param and --set go with --recipe (a command after `--` takes key=value itself)")
+
+    # -- hosts ----------------------------------------------------------------------------
+    if req.hosts and req.cluster_file:
+        raise RlboxError("give --hosts or --cluster, not both")
+    if req.hosts:
+        spec = cluster.from_hosts(req.hosts)
+    elif req.cluster_file:
+        spec = cluster.from_file(req.cluster_file)
+    elif req.sim:
+        n = req.nodes or (recipe.nodes if recipe else None)
+        if not n:
+            raise RlboxError("--sim needs --nodes N (or --hosts/--cluster naming the nodes)")
+        spec = cluster.ClusterSpec(tuple(cluster.Host(name=f"sim{i}", transport="local") for i in range(n)), source="--sim")
+    else:
+        raise RlboxError("no hosts: give --hosts a,b,c, --cluster FILE, or --sim --nodes N")
+    cluster.agree(spec, req.nodes)
+    if req.nic:
+        spec = cluster.ClusterSpec(
+            tuple(cluster.Host(**{**h.__dict__, "nic": h.nic or req.nic}) for h in spec.hosts),
+            spec.image, spec.hardware, spec.mounts, spec.source,
+        )
+    mounts = tuple(spec.mounts) + tuple(cluster.Mount.parse(m) for m in req.mounts)
+
+    # -- image and hardware ---------------------------------------------------------------
+    m = matrix.load(find_root())
+    image_ref = req.image or spec.image
+    hardware = req.hardware or (spec.hardware if spec.hardware != "auto" else None)
+    if hardware and hardware not in cluster.HARDWARE_CHOICES:
+        raise RlboxError(f"--hardware {hardware}: choose one of {', '.join(cluster.HARDWARE_CHOICES)}")
+    if hardware == "auto":
+        hardware = None
+    if req.sim:
+        variant = m.get(image_ref) if image_ref and ":" in image_ref and "/" not in image_ref else None
+        image = variant.image if variant else (image_ref or m.get(f"rlbox_sim:{host_arch_variant()}").image)
+        hardware = hardware or (recipe.hardware if recipe else None) or "a3"
+    else:
+        if not image_ref and recipe:
+            hw = hardware or recipe.hardware
+            image_ref = m.for_hardware(recipe.release, hw).ref
+        if not image_ref:
+            raise RlboxError("--image: give RELEASE:VARIANT (see `rlbox images list`) or a full image reference")
+        if ":" in image_ref and "/" not in image_ref.split(":")[0] and image_ref.split(":")[0] in m.releases:
+            variant = m.get(image_ref)
+            image = variant.image
+            if hardware and hardware != variant.hardware_name:
+                raise RlboxError(f"--hardware {hardware} disagrees with image {image_ref}, built for {variant.hardware_name}")
+            hardware = variant.hardware_name
+        else:
+            image = image_ref
+            if not hardware:
+                raise RlboxError(f"--hardware: image {image_ref} is not from the matrix; say a2, a3 or ax")
+    hw = m.hardware[hardware]
+    profile = Profile(hardware, hw.npus_per_node, hw.npu_smi_chip, tuple(hw.device_counts))
+
+    # -- devices --------------------------------------------------------------------------
+    if req.devices is not None:
+        if req.devices <= 0:
+            raise RlboxError("--devices must be positive")
+        devices = {h.name: req.devices for h in spec.hosts}
+    elif req.sim or req.dry_run:
+        devices = {h.name: profile.npus_per_node for h in spec.hosts}
+    else:
+        devices = {h.name: hosts.count_devices(h) for h in spec.hosts}
+
+    # -- the run ---------------------------------------------------------------------------
+    run_id = secrets.token_hex(4)
+    run_dir = (req.runs_dir / req.name).resolve()
+    sim_files = None
+    network = None
+    if req.sim:
+        sim_files = str(run_dir / "sim")
+        network = sim.network_for(req.name)
+    npus = min(devices.values())
+    env = tuple(_pairs(req.env, "--env").items())
+    job: JobPlan | None = None
+    if req.smoke_test:
+        job = jobs.smoke_job(run=req.name, run_id=run_id)
+    elif recipe:
+        argv, job_env = recipe.resolve(_pairs(req.params, "--param"), list(req.sets))
+        job = jobs.plan_job(argv, nodes=spec.nodes, npus_per_node=npus, run=req.name, run_id=run_id,
+                            working_dir=recipe.working_dir, env=job_env, description=f"recipe {recipe.name}")
+    elif req.command:
+        job = jobs.plan_job(list(req.command), nodes=spec.nodes, npus_per_node=npus, run=req.name, run_id=run_id)
+    plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
+                    sim_files=sim_files, network=network, privileged=req.privileged, job=job,
+                    extra_env=env, cpus=req.cpus, nofile={h.name: _nofile(h, req.nofile) for h in spec.hosts})
+    if req.sim and not req.dry_run:
+        driver = req.sim_driver or _driver_for(m, image) or "25.3.rc1"
+        sim.write_stand_ins(Path(sim_files), hardware, npus, driver)
+    return plan, run_dir
+
+
+def _nofile(host: cluster.Host, asked: int | None) -> int:
+    """The open-files limit for a node: asked, else 65536, held under this machine's hard limit
+    for nodes on the local engine (a container cannot exceed the engine's own limit)."""
+    if asked is not None:
+        return asked
+    if host.local:
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard != resource.RLIM_INFINITY:
+            return min(NOFILE, hard)
+    return NOFILE
+
+
+def _driver_for(m: matrix.Matrix, image: str) -> str | None:
+    for v in m.variants:
+        if v.image == image and v.release.driver.min != "none":
+            return v.release.driver.min.lower()
+    return None

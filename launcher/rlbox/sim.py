@@ -1,0 +1,116 @@
+"""The simulated cluster (`rlbox run --sim`): stand-ins for what an Ascend host provides.
+
+Each simulated node is a container on the local engine, on a private Docker network with its
+own address. What the host would mount into the training container is replaced by stand-ins
+written here: a driver folder with ``version.info``, ``/etc/ascend_install.info``, an empty
+``/usr/local/dcmi`` and an ``npu-smi`` that prints the table the real tool prints for the
+simulated chip. Device nodes are mapped from ``/dev/null`` (see plan.node_container).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .errors import RlboxError
+from .plan import LABEL_MANAGED, LABEL_RUN, SimNetwork
+
+# Name column of `npu-smi info`, chips per NPU id, and the PCI bus ids in the order real hosts
+# print them (Atlas 800T A2: vllm-ascend issue #198; Atlas 800T A3: issue #5825).
+CHIPS = {
+    "a2": ("910B3", 1, ("C1", "C2", "81", "82", "01", "02", "41", "42")),
+    "ax": ("910B3", 1, ("C1", "C2", "81", "82", "01", "02", "41", "42")),
+    "a3": ("Ascend910", 2, ("9D", "9F", "99", "9B", "95", "97", "91", "93",
+                            "8D", "8F", "89", "8B", "85", "87", "81", "83")),
+}
+_THIN = "+" + "-" * 27 + "+" + "-" * 15 + "+" + "-" * 52 + "+"
+_THICK = "+" + "=" * 27 + "+" + "=" * 15 + "+" + "=" * 52 + "+"
+_FULL = "+" + "-" * 96 + "+"
+
+
+def npu_smi_table(hardware: str, devices: int, driver: str) -> str:
+    """What `npu-smi info` prints on an idle host of this hardware (the 98-column layout of
+    npu-smi 23.x-25.x): one two-line block per chip, `Ascend910` with a Phy-ID column on A3."""
+    name, chips_per_npu, buses = CHIPS[hardware]
+    a3 = chips_per_npu == 2
+    lines = [
+        _FULL,
+        f"| npu-smi {driver:<24} Version: {driver:<53}|",
+        _THIN,
+        "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
+        ("| Chip  Phy-ID              " if a3 else "| Chip                      ")
+        + "| Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |",
+        _THICK,
+    ]
+    npus = max(1, devices // chips_per_npu)
+    for npu in range(npus):
+        for chip in range(chips_per_npu):
+            phy = npu * chips_per_npu + chip
+            bus = f"0000:{buses[phy % len(buses)]}:00.0"
+            power = "-" if chip == 1 else f"{92.5 + phy % 7:.1f}"
+            lines.append(f"| {npu:<6}{name:<20}| {'OK':<14}| {power:<12}{36 + phy % 5:<18}{'0    / 0':<21}|")
+            second = f"{chip:<6}{phy:<20}" if a3 else f"{chip:<26}"
+            lines.append(f"| {second}| {bus:<14}| {'0':<12}{'0    / 0':<18}{'3338 / 65536':<21}|")
+            lines.append(_FULL if a3 and chip == 0 else _THICK)
+    lines += [_THIN, "| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |", _THICK]
+    for npu in range(npus):
+        lines.append(f"| {'No running processes found in NPU ' + str(npu):<95}|")
+        lines.append(_THICK)
+    return "\n".join(lines) + "\n"
+
+
+def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str) -> Path:
+    """Write the host-side files a simulated node mounts; returns the folder."""
+    if hardware not in CHIPS:
+        raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "driver" / "lib64").mkdir(parents=True, exist_ok=True)
+    (folder / "dcmi").mkdir(exist_ok=True)
+    (folder / "driver" / "version.info").write_text(
+        f"Version={driver}\npackage_version={driver}\nascendhal_version=7.35.23\n"
+        "# rlbox simulation: stand-in for the Ascend driver's version.info\n"
+    )
+    (folder / "ascend_install.info").write_text(
+        "UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nDriver_Install_Type=full\n"
+        "Driver_Install_Path_Param=/usr/local/Ascend\nDriver_Install_For_All=no\n"
+    )
+    table = npu_smi_table(hardware, devices, driver)
+    script = folder / "npu-smi"
+    script.write_text(
+        "#!/bin/sh\n# rlbox simulation: stand-in for npu-smi; prints what `npu-smi info` prints on this hardware.\n"
+        'case "${1:-}" in\n'
+        "  info|'') cat <<'EOF'\n" + table + "EOF\n  ;;\n"
+        f"  -v|--version) echo 'npu-smi version: {driver}' ;;\n"
+        "  *) echo \"npu-smi (rlbox simulation) supports only 'info'\" >&2; exit 1 ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return folder
+
+
+def network_for(run: str) -> SimNetwork:
+    """A /24 in 172.30.0.0/16 chosen by the run's name; `create_network` steps past taken ones."""
+    k = int(hashlib.sha256(run.encode()).hexdigest(), 16) % 256
+    return SimNetwork(f"rlbox-{run}", f"172.30.{k}.0/24")
+
+
+def create_network(client, net: SimNetwork, run: str) -> SimNetwork:
+    """Create the run's network, moving to the next free /24 if the planned one overlaps."""
+    import docker
+    from docker.errors import APIError
+
+    first = int(net.subnet.split(".")[2])
+    for step in range(256):
+        candidate = SimNetwork(net.name, f"172.30.{(first + step) % 256}.0/24")
+        try:
+            client.networks.create(
+                net.name, driver="bridge",
+                ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=candidate.subnet)]),
+                labels={LABEL_MANAGED: "true", LABEL_RUN: run},
+            )
+            return candidate
+        except APIError as err:
+            if "overlap" in str(err).lower():
+                continue
+            raise RlboxError(f"cannot create the simulation network {net.name}: {err.explanation or err}") from None
+    raise RlboxError("no free /24 in 172.30.0.0/16 for the simulation network; remove unused Docker networks")
