@@ -76,3 +76,16 @@ def selftest_image(tmp_path_factory, fixture_git, ca_bundle):
     proc = rlbox(*selftest.build_argv(tree, ca_bundle)[1:], cwd=tree)
     assert proc.returncode == 0, proc.stderr[-3000:]
     yield tree, selftest.IMAGE, proc
+
+
+@pytest.fixture(scope="session")
+def sim_image(engine):
+    """The simulation node image (Python + Ray), built from images/rlbox_sim.yaml if missing."""
+    from rlbox.launch import host_arch_variant
+
+    ref = f"rlbox_sim:{host_arch_variant()}"
+    image = f"localhost/rlbox/sim:{host_arch_variant()}"
+    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
+        proc = rlbox("build", ref, "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return image

@@ -1,7 +1,7 @@
 """The self-test image: built through the real templates, render and build code on a local base.
 
 The CANN bases cannot be pulled here, so the self-test release builds on a Debian bookworm made
-by debootstrap (tests/fixtures/make-base-image.sh) plus stand-in CANN ``set_env.sh`` scripts
+by debootstrap (tools/make-base-image.sh) plus stand-in CANN ``set_env.sh`` scripts
 (tests/fixtures/cann-sim). Its components are a real PyPI pin (through the CA secret) and a
 fixture git repository at a pinned commit, served by ``git daemon`` on loopback, with a real
 patch series. Used by the engine tests and by bench/build_cache.py.
@@ -36,7 +36,7 @@ def run(*argv, check=True, **kw) -> subprocess.CompletedProcess:
 
 def ensure_base_images() -> None:
     """The debootstrapped base and the simulated-CANN layer on it (no registry needed)."""
-    run("bash", FIXTURES / "make-base-image.sh", BASE_IMAGE)
+    run("bash", REPO / "tools" / "make-base-image.sh", BASE_IMAGE)
     if run("docker", "image", "inspect", CANN_SIM_IMAGE, check=False).returncode != 0:
         run("docker", "buildx", "build", "--load", "--tag", CANN_SIM_IMAGE,
             "--build-arg", f"BASE={BASE_IMAGE}", FIXTURES / "cann-sim")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform as _platform
 import re
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import cluster, hosts, jobs, matrix, recipes, sim
@@ -86,12 +86,13 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     else:
         raise RlboxError("no hosts: give --hosts a,b,c, --cluster FILE, or --sim --nodes N")
     cluster.agree(spec, req.nodes)
+    if req.sim:  # simulated nodes live on the local engine unless a host says how to ssh to it
+        spec = replace(spec, hosts=tuple(
+            replace(h, transport="ssh" if (h.ssh_user or h.ssh_port or h.identity_file) else "local") for h in spec.hosts))
     if req.nic:
-        spec = cluster.ClusterSpec(
-            tuple(cluster.Host(**{**h.__dict__, "nic": h.nic or req.nic}) for h in spec.hosts),
-            spec.image, spec.hardware, spec.mounts, spec.source,
-        )
-    mounts = tuple(spec.mounts) + tuple(cluster.Mount.parse(m) for m in req.mounts)
+        spec = replace(spec, hosts=tuple(replace(h, nic=h.nic or req.nic) for h in spec.hosts))
+    if req.mounts:
+        spec = replace(spec, mounts=spec.mounts + tuple(cluster.Mount.parse(m) for m in req.mounts))
 
     # -- image and hardware ---------------------------------------------------------------
     m = matrix.load(find_root())
@@ -155,10 +156,10 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
         job = jobs.plan_job(list(req.command), nodes=spec.nodes, npus_per_node=npus, run=req.name, run_id=run_id)
     plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
                     sim_files=sim_files, network=network, privileged=req.privileged, job=job,
-                    extra_env=env, cpus=req.cpus, nofile={h.name: _nofile(h, req.nofile) for h in spec.hosts})
-    if req.sim and not req.dry_run:
-        driver = req.sim_driver or _driver_for(m, image) or "25.3.rc1"
-        sim.write_stand_ins(Path(sim_files), hardware, npus, driver)
+                    extra_env=env, cpus=req.cpus, nofile={h.name: _nofile(h, req.nofile) for h in spec.hosts},
+                    sim_driver=req.sim_driver or _driver_for(m, image) or "25.3.rc1")
+    if req.sim and hardware not in sim.CHIPS:
+        raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
     return plan, run_dir
 
 

@@ -118,6 +118,18 @@ class RayPorts:
         return self.base + 8
 
     @property
+    def autoscaler_metrics(self) -> int:
+        return self.base + 9
+
+    @property
+    def dashboard_metrics(self) -> int:
+        return self.base + 10
+
+    def env(self) -> dict[str, str]:
+        """The two head ports Ray takes only from the environment, not from flags."""
+        return {"AUTOSCALER_METRIC_PORT": str(self.autoscaler_metrics), "DASHBOARD_METRIC_PORT": str(self.dashboard_metrics)}
+
+    @property
     def worker_range(self) -> tuple[int, int]:
         return self.base + 100, self.base + 999
 
@@ -132,6 +144,8 @@ class RayPorts:
             "dashboard_agent_http": self.dashboard_agent_http,
             "metrics": self.metrics,
             "runtime_env_agent": self.runtime_env_agent,
+            "autoscaler_metrics": self.autoscaler_metrics,
+            "dashboard_metrics": self.dashboard_metrics,
             "workers": list(self.worker_range),
         }
 
@@ -298,6 +312,7 @@ class RunPlan:
     network: SimNetwork | None = None
     job: JobPlan | None = None
     sim_files: str | None = None
+    sim_driver: str = "25.3.rc1"
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -408,6 +423,7 @@ def node_container(
             Mount(INSTALL_INFO, INSTALL_INFO, True),
         ]
     env = dict(BASE_ENV)
+    env.update(ports.env())
     env.update({"RLBOX_RUN": run, "RLBOX_NODE": str(index), "RLBOX_HEAD": head})
     if host.nic:
         env["RLBOX_NIC"] = host.nic
@@ -457,6 +473,7 @@ def plan_run(
     extra_env: tuple[tuple[str, str], ...] = (),
     cpus: int | None = None,
     nofile: dict[str, int] | None = None,
+    sim_driver: str = "25.3.rc1",
 ) -> RunPlan:
     """Plan every node. ``devices`` maps host name -> NPU count (detected or from the profile);
     ``nofile`` host name -> open-files limit (default 65536)."""
@@ -488,4 +505,4 @@ def plan_run(
     if len(counts) > 1:
         notes.append("nodes differ in NPU count; verl's trainer.n_gpus_per_node assumes equal nodes")
     return RunPlan(run, run_id, image, profile.name, network is not None, head, ports, tuple(nodes),
-                   network, job, sim_files, tuple(notes))
+                   network, job, sim_files, sim_driver, tuple(notes))

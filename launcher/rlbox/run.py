@@ -45,7 +45,7 @@ def _docker_reason(err: Exception) -> str:
 def _start_error(node: NodePlan, err: Exception) -> RlboxError:
     reason = _docker_reason(err)
     if "gathering device information" in reason or ("no such file or directory" in reason and "/dev/" in reason):
-        dev = next((w.strip('"') for w in reason.split() if w.strip('"').startswith("/dev/")), "a device")
+        dev = next((w.strip('":,') for w in reason.split() if w.strip('":,').startswith("/dev/")), "a device")
         return RlboxError(
             f"{node.host.name}: {dev} does not exist on the host; check the Ascend driver, "
             f"or pass --devices with the host's NPU count"
@@ -172,17 +172,17 @@ class Cluster:
 def remove_run(nodes: list[Node], run: str, network: str | None) -> int:
     """Remove every container labelled with this run on every node, then the sim network."""
 
-    def remove(node: Node) -> int:
+    def remove(node: Node) -> set[str]:
         boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"})
         for box in boxes:
             try:
                 box.remove(force=True)
-            except Exception:  # noqa: BLE001 - already gone
+            except Exception:  # noqa: BLE001 - already gone (nodes may share one engine)
                 pass
-        return len(boxes)
+        return {box.id for box in boxes}
 
     with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-        removed = sum(pool.map(remove, nodes))
+        removed = len(set().union(*pool.map(remove, nodes)))
     if network and nodes:
         for net in nodes[0].client.networks.list(names=[network]):
             try:
@@ -228,11 +228,14 @@ def execute(
     nodes = connect_all(tuple(n.host for n in plan.nodes))
     cluster = Cluster(plan, nodes, echo)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    cleanup = True
+    cleanup = False  # nothing of ours exists until preflight has passed
     submission = None
     client = None
     try:
         cluster.preflight(replace)
+        cleanup = True
+        if plan.sim_files:
+            sim.write_stand_ins(Path(plan.sim_files), plan.hardware, min(n.npus for n in plan.nodes), plan.sim_driver)
         write_state(state, plan, phase="starting")
         cluster.start()
         cluster.connect_dashboard()

@@ -1,0 +1,162 @@
+"""The launcher on a real engine with real Ray: simulated Ascend nodes, one reached over real sshd."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import docker
+import pytest
+
+from conftest import REPO, rlbox
+from sshd import SshServer
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture
+def runs(tmp_path, sim_image):
+    return tmp_path / "runs"
+
+
+def leftovers(name):
+    client = docker.from_env()
+    boxes = client.containers.list(all=True, filters={"label": f"io.rlbox.run={name}"})
+    nets = client.networks.list(names=[f"rlbox-{name}"])
+    return [b.name for b in boxes] + [n.name for n in nets]
+
+
+def smoke_lines(stdout):
+    return [line for line in stdout.splitlines() if line.startswith("rlbox-smoke: node")]
+
+
+def test_four_node_a3_rehearsal_reaches_64_npus(runs):
+    proc = rlbox("run", "--sim", "--nodes", "4", "--hardware", "a3", "--smoke-test", "--name", "t-four",
+                 "--runs-dir", runs, "--timeout", "180")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ray: 4/4 nodes, 64/64 NPUs" in proc.stderr
+    lines = smoke_lines(proc.stdout)
+    assert len(lines) == 4 and all(" ok NPUs=16 " in line for line in lines)
+    for i, line in enumerate(lines):
+        assert "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15" in line
+        assert "HCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0 TP_SOCKET_IFNAME=eth0" in line
+        assert line.split()[2].startswith("172.30.") and f"HCCL_IF_IP={line.split()[2]}" in line
+    state = json.loads((runs / "t-four" / "state.json").read_text())
+    log = (runs / "t-four" / f"{state['run_id']}.log").read_text()
+    assert "rlbox-smoke: 4 nodes, 64 NPUs: all visible" in log
+    assert state["phase"] == "removed" and state["status"] == "SUCCEEDED"
+    assert leftovers("t-four") == []
+
+
+def test_job_exit_code_comes_back(runs):
+    proc = rlbox("run", "--sim", "--nodes", "1", "--name", "t-exit", "--runs-dir", runs,
+                 "--", "python3", "-c", "import os, sys; print('npu-smi at', os.path.exists('/usr/local/bin/npu-smi')); sys.exit(3)")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "npu-smi at True" in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1].startswith("rlbox: error: job of run 't-exit' FAILED with exit code 3")
+    assert leftovers("t-exit") == []
+
+
+def test_detach_status_logs_stop_and_refusal(runs):
+    name = "t-life"
+    proc = rlbox("run", "--sim", "--nodes", "2", "--hardware", "a2", "--name", name, "--runs-dir", runs, "--detach",
+                 "--", "bash", "-c", "echo started; npu-smi info | head -7 | tail -1; sleep 4; echo done")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(leftovers(name)) == 3  # two nodes and the network stay up
+    again = rlbox("run", "--sim", "--nodes", "2", "--name", name, "--runs-dir", runs, "--smoke-test")
+    assert again.returncode == 2 and f"run '{name}' is already live" in again.stderr
+    status = rlbox("status", "--name", name, "--runs-dir", runs, "--json")
+    assert status.returncode == 0, status.stderr
+    info = json.loads(status.stdout)
+    assert [n["state"] for n in info["nodes"]] == ["running", "running"]
+    assert info["job"]["status"] in ("PENDING", "RUNNING", "SUCCEEDED")
+    logs = rlbox("logs", "--name", name, "--runs-dir", runs, "-f")
+    assert logs.returncode == 0, logs.stderr
+    assert "started" in logs.stdout and "done" in logs.stdout
+    assert "| 0     910B3               | OK" in logs.stdout  # the npu-smi stand-in, A2 layout
+    stop = rlbox("stop", "--name", name, "--runs-dir", runs)
+    assert stop.returncode == 0 and "removed 2 container(s)" in stop.stdout
+    assert leftovers(name) == []
+
+
+def test_worker_that_cannot_join_times_out_naming_it(runs, tmp_path):
+    fake_ray = tmp_path / "ray"
+    fake_ray.write_text("#!/bin/sh\necho 'this ray never joins' >&2\nexec sleep 3600\n")
+    fake_ray.chmod(0o755)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"hosts:\n  - host: node-a\n  - host: node-b\n    mounts: ['{fake_ray}:/opt/rlbox/venv/bin/ray:ro']\n")
+    proc = rlbox("run", "--sim", "--cluster", cluster, "--nodes", "2", "--name", "t-join", "--runs-dir", runs,
+                 "--timeout", "20", "--smoke-test")
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "cluster not ready (timed out after 20 s): 16/32 NPUs from 1/2 nodes; never joined: node1 (node-b)" in last
+    assert leftovers("t-join") == []
+
+
+def test_missing_image_and_missing_device_are_clear_and_leave_nothing(runs, sim_image):
+    proc = rlbox("run", "--sim", "--nodes", "2", "--image", "localhost/rlbox/nothing:here", "--name", "t-img",
+                 "--runs-dir", runs, "--smoke-test")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("rlbox: error: sim0: image localhost/rlbox/nothing:here is not present; "
+                                   "build it with `rlbox build rlbox_sim:<arch>`")
+    assert leftovers("t-img") == []
+    # A real (not simulated) node on this machine: it has no /dev/davinci0.
+    proc = rlbox("run", "--hosts", "localhost", "--image", sim_image, "--hardware", "a2", "--devices", "8",
+                 "--name", "t-dev", "--runs-dir", runs, "--smoke-test")
+    assert proc.returncode == 2
+    assert "localhost: /dev/davinci0 does not exist on the host" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+    assert leftovers("t-dev") == []
+
+
+def test_node_over_ssh_works_like_a_local_one(runs, tmp_path):
+    with SshServer(tmp_path / "sshd") as srv:
+        cluster = tmp_path / "cluster.yaml"
+        cluster.write_text(
+            "hosts:\n  - host: local\n"
+            f"  - host: 127.0.0.1\n    ssh: {{user: {srv.user}, port: {srv.port}, identity_file: {srv.identity_file}, "
+            f"known_hosts: {srv.known_hosts}}}\n"
+        )
+        dry = rlbox("run", "--sim", "--cluster", cluster, "--name", "t-ssh", "--runs-dir", runs, "--smoke-test", "--dry-run")
+        assert f"node 1 (worker) on 127.0.0.1 via ssh://{srv.user}@127.0.0.1" in dry.stdout
+        proc = rlbox("run", "--sim", "--cluster", cluster, "--name", "t-ssh", "--runs-dir", runs, "--smoke-test",
+                     "--hardware", "a3", "--timeout", "120", "--nofile", "16384")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = smoke_lines(proc.stdout)
+        assert len(lines) == 2 and all(" ok NPUs=16 " in line for line in lines)
+        assert leftovers("t-ssh") == []
+        # An unreachable host is named, and nothing starts anywhere.
+        cluster.write_text(
+            "hosts:\n  - host: local\n"
+            f"  - host: 127.0.0.1\n    ssh: {{port: 1, identity_file: {srv.identity_file}, known_hosts: {srv.known_hosts}}}\n"
+        )
+        proc = rlbox("run", "--sim", "--cluster", cluster, "--name", "t-ssh2", "--runs-dir", runs, "--smoke-test")
+        assert proc.returncode == 2 and "127.0.0.1: cannot reach over ssh" in proc.stderr
+        assert leftovers("t-ssh2") == []
+
+
+def test_ctrl_c_tears_down_every_node(runs):
+    name = "t-int"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", "2", "--name", name, "--runs-dir", str(runs),
+         "--", "python3", "-c", "import time; print('working', flush=True); time.sleep(300)"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    state = runs / name / "state.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if state.exists() and json.loads(state.read_text()).get("phase") == "running":
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("run never reached the running phase: " + proc.stderr.read()[-2000:])
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted; every node was cleaned up" in err
+    assert leftovers(name) == []

@@ -1,0 +1,210 @@
+"""Planning a run, without any engine: device lists, env, ports, quoting, jobs, recipes, dry-run."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, rlbox
+from rlbox import cluster, jobs, launch, plan, recipes, sim
+from rlbox.errors import RlboxError
+
+PROFILES = {
+    "a2": plan.Profile("a2", 8, "910B", (8, 16)),
+    "a3": plan.Profile("a3", 16, "Ascend910", (16,)),
+}
+
+
+def make(hosts="10.0.0.1,10.0.0.2", hardware="a3", devices=None, **kw):
+    spec = cluster.from_hosts(hosts)
+    profile = PROFILES[hardware]
+    devices = devices or {h.name: profile.npus_per_node for h in spec.hosts}
+    return plan.plan_run(spec, run="t", run_id="abcd", image="img:1", profile=profile, devices=devices, **kw)
+
+
+def _devices(node):
+    return [dst for _, dst in node.container.devices]
+
+
+@pytest.mark.parametrize("hardware,count", [("a2", 8), ("a2", 16), ("a3", 16)])
+def test_device_lists(hardware, count):
+    p = make(hardware=hardware, devices={"10.0.0.1": count, "10.0.0.2": count})
+    for node in p.nodes:
+        assert _devices(node) == [f"/dev/davinci{i}" for i in range(count)] + list(plan.CONTROL_DEVICES)
+        assert all(src == dst for src, dst in node.container.devices)  # real hosts: the device itself
+        assert node.npus == count
+        assert f'--resources={{"NPU": {count}}}' in node.ray
+    assert p.total_npus == 2 * count
+
+
+def test_driver_mounts_env_and_no_privileged():
+    node = make().nodes[1]
+    c = node.container
+    mounts = {m.target: m for m in c.mounts}
+    assert mounts["/usr/local/Ascend/driver"].read_only and mounts["/usr/local/Ascend/driver"].source == "/usr/local/Ascend/driver"
+    for target in ("/usr/local/dcmi", "/usr/local/bin/npu-smi", "/etc/ascend_install.info"):
+        assert target in mounts
+    env = dict(c.env)
+    for key, value in {"RAY_DEDUP_LOGS": "0", "HYDRA_FULL_ERROR": "1", "TASK_QUEUE_ENABLE": "1",
+                       "HCCL_CONNECT_TIMEOUT": "3600", "HCCL_EXEC_TIMEOUT": "3600"}.items():
+        assert env[key] == value
+    assert c.network == "host" and c.ipc == "host"
+    assert not c.privileged and "--privileged" not in c.docker_run()
+    assert "--shm-size" not in c.docker_run()  # ignored under --ipc host: not pretended
+    assert ("nofile", 65536, 65536) in c.ulimits
+    labels = dict(c.labels)
+    assert labels[plan.LABEL_RUN] == "t" and labels[plan.LABEL_RUN_ID] == "abcd" and labels[plan.LABEL_ROLE] == "worker"
+    assert make(privileged=True).nodes[0].container.privileged
+
+
+def test_socket_interface_detected_per_node_unless_overridden():
+    spec = cluster.ClusterSpec((cluster.Host("10.0.0.1"), cluster.Host("10.0.0.2", nic="enp189s0f0")))
+    p = plan.plan_run(spec, run="t", run_id="x", image="i", profile=PROFILES["a3"], devices={})
+    assert "RLBOX_NIC" not in dict(p.nodes[0].container.env)  # detected inside: route to the head
+    assert dict(p.nodes[1].container.env)["RLBOX_NIC"] == "enp189s0f0"
+    assert "ip -o route get" in plan.NODE_SCRIPT and "HCCL_IF_IP" in plan.NODE_SCRIPT
+
+
+def test_ray_ports_are_per_run_and_never_defaults():
+    defaults = {6379, 8265, 10001, 52365, 8076, 44217, 44227}
+    p = make()
+    used = [v for k, v in p.ports.as_dict().items() if k != "workers"]
+    assert not defaults & set(used) and len(set(used)) == len(used)
+    assert plan.ports_for("a") == plan.ports_for("a")
+    head = " ".join(p.nodes[0].ray)
+    assert f"--port={p.ports.gcs}" in head and f"--dashboard-port={p.ports.dashboard}" in head
+    assert f"--dashboard-host={p.head}" in head and "--head" in head
+    worker = " ".join(p.nodes[1].ray)
+    assert f"--address=10.0.0.1:{p.ports.gcs}" in worker and "--head" not in worker
+    assert dict(p.nodes[0].container.env)["DASHBOARD_METRIC_PORT"] == str(p.ports.dashboard_metrics)
+
+
+def test_hostile_paths_are_quoted_and_never_reach_a_shell():
+    evil = "/data/my models/$(touch pwned);'x'"
+    spec = cluster.ClusterSpec((cluster.Host("10.0.0.1"),), mounts=(cluster.Mount(evil, "/models", True),))
+    p = plan.plan_run(spec, run="t", run_id="x", image="i", profile=PROFILES["a2"], devices={})
+    c = p.nodes[0].container
+    line = shlex.join(c.docker_run())
+    assert shlex.split(line) == c.docker_run()  # the printed command is exactly the argv
+    assert f"{evil}:/models:ro" in c.docker_run()
+    assert c.docker_py()["volumes"][evil] == {"bind": "/models", "mode": "ro"}
+    assert c.command[:2] == ("bash", "-c") and c.command[2] == plan.NODE_SCRIPT  # constant script
+    assert evil not in " ".join(c.command)
+
+
+def test_simulation_differs_only_in_devices_driver_files_and_network():
+    net = plan.SimNetwork("rlbox-t", "172.30.5.0/24")
+    real = make()
+    fake = make(sim_files="/tmp/sim", network=net)
+    for r, s in zip(real.nodes, fake.nodes):
+        assert [d for _, d in s.container.devices] == [d for _, d in r.container.devices]
+        assert {src for src, _ in s.container.devices} == {"/dev/null"}
+        assert [m.target for m in s.container.mounts] == [m.target for m in r.container.mounts]
+        assert all(m.source.startswith("/tmp/sim/") for m in s.container.mounts[:4])
+        assert s.container.network == "rlbox-t" and s.container.ip == net.address(s.index)
+        assert dict(s.container.env).keys() == dict(r.container.env).keys()
+        assert s.container.command[2:] != () and s.container.command[:3] == r.container.command[:3]
+    assert fake.head == "172.30.5.10"
+    assert fake.nodes[0].container.publish == (("127.0.0.1", fake.ports.dashboard, fake.ports.dashboard),)
+
+
+def test_nnodes_set_from_cluster_and_conflicts_refused():
+    job = jobs.plan_job(["python3", "-m", "verl.trainer.main_ppo", "trainer.device=npu"],
+                        nodes=4, npus_per_node=16, run="t", run_id="x")
+    assert job.argv[-2:] == ("trainer.nnodes=4", "trainer.n_gpus_per_node=16")
+    same = jobs.plan_job(["python3", "-m", "recipe.dapo.main_dapo", "trainer.nnodes=4"],
+                         nodes=4, npus_per_node=16, run="t", run_id="x")
+    assert same.argv.count("trainer.nnodes=4") == 1
+    with pytest.raises(RlboxError, match=r"trainer.nnodes=2 conflicts with the cluster \(4 node\(s\) x 16 NPUs\)"):
+        jobs.plan_job(["python3", "-m", "verl.trainer.main_ppo", "trainer.nnodes=2"], nodes=4, npus_per_node=16, run="t", run_id="x")
+    with pytest.raises(RlboxError, match="trainer.n_gpus_per_node=8 conflicts"):
+        jobs.plan_job(["python3", "-m", "verl.trainer.main_ppo", "trainer.n_gpus_per_node=8"], nodes=1, npus_per_node=16, run="t", run_id="x")
+    other = jobs.plan_job(["python3", "train.py", "trainer.nnodes=2"], nodes=4, npus_per_node=16, run="t", run_id="x")
+    assert other.argv == ("python3", "train.py", "trainer.nnodes=2")  # not a verl entrypoint: untouched
+
+
+def test_cluster_files(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# head first\n10.0.0.1\nops@10.0.0.2:2222  # worker\n")
+    spec = cluster.from_file(hostfile)
+    assert [h.name for h in spec.hosts] == ["10.0.0.1", "10.0.0.2"]
+    assert (spec.hosts[1].ssh_user, spec.hosts[1].ssh_port) == ("ops", 2222)
+    yml = tmp_path / "cluster.yaml"
+    yml.write_text("image: verl_pt27_25rc3:a3-arm\nhardware: a3\nssh: {user: root}\nmounts: [/data]\n"
+                   "hosts:\n  - host: 10.0.0.1\n    nic: eth1\n  - host: 10.0.0.2\n    ssh: {port: 2200}\n    mounts: ['/ckpt:/ckpt:ro']\n")
+    spec = cluster.from_file(yml)
+    assert spec.hardware == "a3" and spec.hosts[0].nic == "eth1" and spec.hosts[1].ssh_port == 2200
+    assert spec.hosts[1].ssh_user == "root" and spec.hosts[1].mounts[0].read_only
+    with pytest.raises(RlboxError, match="--nodes 3 disagrees with .* lists 2 host"):
+        cluster.agree(spec, 3)
+    yml.write_text("hosts:\n  - host: a\n    nick: eth0\n")
+    with pytest.raises(RlboxError, match=r"cluster.yaml: hosts.0.nick: unknown key"):
+        cluster.from_file(yml)
+    with pytest.raises(RlboxError, match="listed twice"):
+        cluster.from_hosts("a,b,a")
+
+
+def test_every_recipe_loads_and_resolves():
+    names = recipes.names_available()
+    assert set(names) >= {"dapo-qwen3-32b-a3", "grpo-qwen2.5-0.5b-gsm8k", "grpo-qwen3-vl-8b-geo3k", "dapo-qwen3-8b-custom-reward"}
+    for r in recipes.all_recipes():
+        argv, env = r.resolve({}, [])
+        text = " ".join(argv) + " ".join(env.values())
+        assert "{{" not in text and "trainer.device=npu" in argv
+        assert not any(a.startswith(("trainer.nnodes=", "trainer.n_gpus_per_node=")) for a in argv)
+        for typo in ("tainer.", "alogorithm.", "actor_rolloput_ref."):
+            assert typo not in text
+    r = recipes.load("dapo-qwen3-32b-a3")
+    argv, _ = r.resolve({"model_path": "/models/q32"}, ["data.train_batch_size=32"])
+    assert "actor_rollout_ref.model.path=/models/q32" in argv
+    assert "data.train_batch_size=32" in argv and "data.train_batch_size=64" not in argv
+    with pytest.raises(RlboxError, match="has no parameter 'modle_path'"):
+        r.resolve({"modle_path": "/x"}, [])
+    with pytest.raises(RlboxError, match="unknown recipe 'dapo-qwen3-32b' \\(did you mean"):
+        recipes.load("dapo-qwen3-32b")
+
+
+def test_npu_smi_stand_in_matches_the_real_layout():
+    table = sim.npu_smi_table("a2", 8, "23.0.7").splitlines()
+    assert table[1] == "| npu-smi 23.0.7                   Version: 23.0.7                                               |"
+    assert table[6].startswith("| 0     910B3               | OK            | ")
+    assert table[7].startswith("| 0                         | 0000:C1:00.0  | 0           0    / 0          ")
+    assert len({len(line) for line in table}) == 1 and len(table[0]) == 98
+    a3 = sim.npu_smi_table("a3", 16, "25.3.rc1").splitlines()
+    assert a3[4].startswith("| Chip  Phy-ID              | Bus-Id")
+    assert a3[9].startswith("| 0     Ascend910           | OK            | -   ")  # die 1: no power
+    assert a3[10].startswith("| 1     1                   | 0000:9F:00.0")
+    assert sum("Ascend910" in line for line in a3) == 16
+    assert sum("No running processes found in NPU" in line for line in a3) == 8
+
+
+def test_dry_run_touches_no_host():
+    env = {"DOCKER_HOST": "tcp://127.0.0.1:1", "RLBOX_RUNS_DIR": "/nonexistent/runs"}
+    proc = rlbox("run", "--hosts", "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4", "--nodes", "4",
+                 "--image", "verl_pt27_25rc3:a3-arm", "--mount", "/data", "--dry-run",
+                 "--recipe", "dapo-qwen3-32b-a3", "--param", "model_path=/data/Qwen3-32B", env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.count("docker run --detach") == 4 and "4 node(s) x NPUs 16/16/16/16 = 64 NPUs" in out
+    assert "--device /dev/davinci15" in out and "--volume /data:/data" in out
+    assert "trainer.nnodes=4 trainer.n_gpus_per_node=16" in out
+    assert "cd /opt/rlbox/src/verl && python3 -m recipe.dapo.main_dapo" in out
+    assert "actor_rollout_ref.model.path=/data/Qwen3-32B" in out
+    assert not Path("/nonexistent").exists()
+    bad = rlbox("run", "--hosts", "a,b", "--nodes", "3", "--image", "verl_pt27_25rc3:a3-arm", "--dry-run",
+                "--", "python3", "-m", "verl.trainer.main_ppo", "trainer.nnodes=3")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--nodes 3 disagrees" in bad.stderr
+    bad = rlbox("run", "--hosts", "a,b", "--image", "verl_pt27_25rc3:a3-arm", "--dry-run",
+                "--", "python3", "-m", "verl.trainer.main_ppo", "trainer.nnodes=3")
+    assert bad.returncode == 2 and "trainer.nnodes=3 conflicts with the cluster (2 node(s) x 16 NPUs)" in bad.stderr
+
+
+def test_launch_rejects_mixed_inputs():
+    with pytest.raises(RlboxError, match="give one job"):
+        launch.prepare(launch.RunRequest(sim=True, nodes=1, smoke_test=True, command=["true"], dry_run=True))
+    with pytest.raises(RlboxError, match="--hardware a2 disagrees with image verl_pt27_25rc3:a3-arm"):
+        launch.prepare(launch.RunRequest(hosts="a", image="verl_pt27_25rc3:a3-arm", hardware="a2", dry_run=True))
+    with pytest.raises(RlboxError, match="no hosts"):
+        launch.prepare(launch.RunRequest(image="verl_pt27_25rc3:a3-arm", dry_run=True))
