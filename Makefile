@@ -4,21 +4,32 @@ RLBOX  ?= $(PYTHON) -m rlbox.cli
 FLAGSHIP ?= verl_pt27_25rc3
 BUILD_FLAGS ?=
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image-a2 image-a3 image-ax images bench
+SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
+CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+
+.PHONY: help setup test lint dockerfiles check-dockerfiles image-a2 image-a3 image-ax images bench rehearsal sim-image
 
 help:
-	@echo "make setup         provision Docker engine + buildx, install rlbox with test extras"
+	@echo "make rehearsal     4-node simulated Atlas A3 cluster: 64 NPUs in Ray, smoke-test job, teardown"
 	@echo "make test          the whole test suite (engine tests included)"
+	@echo "make setup         provision Docker engine + buildx + sshd, install rlbox (both above run it)"
 	@echo "make lint          hadolint over every rendered Dockerfile + render --check"
 	@echo "make dockerfiles   re-render dockerfiles/ from images/, templates/, patches/"
 	@echo "make image-a2|image-a3|image-ax   build $(FLAGSHIP) for that hardware (BUILD_FLAGS=...)"
-	@echo "make bench         benchmarks under bench/ (cold build vs one-patch rebuild)"
+	@echo "make bench         benchmarks under bench/ (image rebuild; cluster bring-up vs baselines)"
 
 setup:
 	bash .ci/provision
 
-test:
+test: setup
 	$(PYTHON) -m pytest -q
+
+sim-image: setup
+	bash tools/make-base-image.sh
+	$(RLBOX) build rlbox_sim:$(SIM_VARIANT) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+rehearsal: sim-image
+	$(RLBOX) run --sim --nodes 4 --hardware a3 --smoke-test
 
 lint: check-dockerfiles
 	hadolint dockerfiles/*/*/Dockerfile
@@ -38,5 +49,6 @@ image-a3:
 image-ax:
 	$(RLBOX) build $(FLAGSHIP):ax-x86 $(BUILD_FLAGS)
 
-bench:
+bench: sim-image
 	$(PYTHON) bench/build_cache.py
+	$(PYTHON) bench/bringup.py
