@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 
@@ -38,8 +39,8 @@ def test_every_dockerfile_matches_its_manifest(m):
         assert cmds[1].cmd == "FROM" and cmds[1].value == ("${BASE_IMAGE}",)
         labels = {}
         for c in cmds:
-            if c.cmd == "LABEL":
-                labels.update(zip(c.value[::2], c.value[1::2]))
+            if c.cmd == "LABEL":  # the parser keeps quotes; BuildKit removes them, like a shell
+                labels.update((k, shlex.split(v)[0] if v[:1] in "'\"" else v) for k, v in zip(c.value[::2], c.value[1::2]))
         assert labels["io.rlbox.platform"] == v.platform
         assert labels["io.rlbox.soc-version"] == v.hardware.soc_version
         assert labels["io.rlbox.cann"] == v.release.cann.version
@@ -47,7 +48,7 @@ def test_every_dockerfile_matches_its_manifest(m):
         for comp in v.components:
             assert labels[f"io.rlbox.component.{comp.name}"] == comp.spec.pin()
             if comp.spec.pip:
-                assert f"rlbox-pin {comp.spec.pip}" in runs
+                assert f"rlbox-pin {shlex.quote(comp.spec.pip)}" in runs
             else:
                 assert f"rlbox-git-fetch {comp.name} {comp.spec.git} {comp.spec.commit}" in runs
             for p in comp.patches:
