@@ -149,16 +149,22 @@ def connect(host: Host) -> Node:
     return Node(host, client, [tunnel])
 
 
-def connect_all(hosts: tuple[Host, ...]) -> list[Node]:
-    """Connect to every host in parallel; on any failure close the others and name the host."""
-    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-        futures = [pool.submit(connect, h) for h in hosts]
-    nodes, errors = [], []
+def on_every(fn, items) -> tuple[list, list[RlboxError]]:
+    """``fn`` on every item at once (one thread each); results in order, and the RlboxErrors."""
+    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+    results, errors = [], []
     for f in futures:
         try:
-            nodes.append(f.result())
+            results.append(f.result())
         except RlboxError as err:
             errors.append(err)
+    return results, errors
+
+
+def connect_all(hosts: tuple[Host, ...]) -> list[Node]:
+    """Connect to every host in parallel; on any failure close the others and name the host."""
+    nodes, errors = on_every(connect, hosts)
     if errors:
         for n in nodes:
             n.close()

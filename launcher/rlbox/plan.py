@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .cluster import ClusterSpec, Host, Mount
@@ -79,81 +79,37 @@ exec "$@" --node-ip-address="$ip"
 class RayPorts:
     """A block of ports owned by one run: never Ray's defaults, so a stale cluster cannot collide."""
 
-    base: int
+    gcs: int
+    dashboard: int
+    client: int
+    node_manager: int
+    object_manager: int
+    dashboard_agent_grpc: int
+    dashboard_agent_http: int
+    metrics: int
+    runtime_env_agent: int
+    autoscaler_metrics: int
+    dashboard_metrics: int
+    worker_range: tuple[int, int]
 
-    @property
-    def gcs(self) -> int:
-        return self.base
-
-    @property
-    def dashboard(self) -> int:
-        return self.base + 1
-
-    @property
-    def client(self) -> int:
-        return self.base + 2
-
-    @property
-    def node_manager(self) -> int:
-        return self.base + 3
-
-    @property
-    def object_manager(self) -> int:
-        return self.base + 4
-
-    @property
-    def dashboard_agent_grpc(self) -> int:
-        return self.base + 5
-
-    @property
-    def dashboard_agent_http(self) -> int:
-        return self.base + 6
-
-    @property
-    def metrics(self) -> int:
-        return self.base + 7
-
-    @property
-    def runtime_env_agent(self) -> int:
-        return self.base + 8
-
-    @property
-    def autoscaler_metrics(self) -> int:
-        return self.base + 9
-
-    @property
-    def dashboard_metrics(self) -> int:
-        return self.base + 10
+    @classmethod
+    def block(cls, base: int) -> "RayPorts":
+        """Consecutive ports from ``base``; Ray's workers take ``base+100 .. base+999``."""
+        singles = [f.name for f in fields(cls) if f.name != "worker_range"]
+        return cls(*(base + i for i in range(len(singles))), worker_range=(base + 100, base + 999))
 
     def env(self) -> dict[str, str]:
         """The two head ports Ray takes only from the environment, not from flags."""
         return {"AUTOSCALER_METRIC_PORT": str(self.autoscaler_metrics), "DASHBOARD_METRIC_PORT": str(self.dashboard_metrics)}
 
-    @property
-    def worker_range(self) -> tuple[int, int]:
-        return self.base + 100, self.base + 999
-
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "gcs": self.gcs,
-            "dashboard": self.dashboard,
-            "client": self.client,
-            "node_manager": self.node_manager,
-            "object_manager": self.object_manager,
-            "dashboard_agent_grpc": self.dashboard_agent_grpc,
-            "dashboard_agent_http": self.dashboard_agent_http,
-            "metrics": self.metrics,
-            "runtime_env_agent": self.runtime_env_agent,
-            "autoscaler_metrics": self.autoscaler_metrics,
-            "dashboard_metrics": self.dashboard_metrics,
-            "workers": list(self.worker_range),
-        }
+        return asdict(self)
 
 
 def ports_for(run: str) -> RayPorts:
     """Ports 20000-59999 in blocks of 1000, chosen by the run's name (stable across retries)."""
     block = int(hashlib.sha256(run.encode()).hexdigest(), 16) % 40
-    return RayPorts(20000 + block * 1000)
+    return RayPorts.block(20000 + block * 1000)
 
 
 def ray_start(role: str, head: str, ports: RayPorts, npus: int, cpus: int | None = None) -> list[str]:

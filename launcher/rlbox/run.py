@@ -11,28 +11,15 @@ import json
 import signal
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import jobs, ray, sim
 from .errors import RlboxError
-from .hosts import Node, connect_all
+from .hosts import Node, connect_all, on_every
 from .plan import LABEL_RUN, NodePlan, RunPlan
 
 Echo = Callable[[str], None]
-
-
-def _parallel(fn, items):
-    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-    results, errors = [], []
-    for f in futures:
-        try:
-            results.append(f.result())
-        except RlboxError as err:
-            errors.append(err)
-    return results, errors
 
 
 def _docker_reason(err: Exception) -> str:
@@ -94,7 +81,7 @@ class Cluster:
             for c in stale:
                 c.remove(force=True)
 
-        _, errors = _parallel(check, list(zip(self.plan.nodes, self.nodes)))
+        _, errors = on_every(check, list(zip(self.plan.nodes, self.nodes)))
         if errors:
             raise errors[0]
         if self.plan.network:
@@ -127,7 +114,7 @@ class Cluster:
                 raise _start_error(node_plan, err) from None
             self.echo(f"node{node_plan.index} {node_plan.role:6} started on {node_plan.host.name} ({node_plan.npus} NPUs)")
 
-        _, errors = _parallel(start_one, list(zip(self.plan.nodes, self.nodes)))
+        _, errors = on_every(start_one, list(zip(self.plan.nodes, self.nodes)))
         if errors:
             raise errors[0]
 
@@ -181,8 +168,8 @@ def remove_run(nodes: list[Node], run: str, network: str | None) -> int:
                 pass
         return {box.id for box in boxes}
 
-    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-        removed = len(set().union(*pool.map(remove, nodes)))
+    results, _ = on_every(remove, nodes)
+    removed = len(set().union(*results))
     if network and nodes:
         for net in nodes[0].client.networks.list(names=[network]):
             try:
