@@ -160,6 +160,9 @@ def manifest(git_url: str, commit: str, patches: list[str]) -> dict:
         "env": {"HF_ENDPOINT": "https://huggingface.co", "RLBOX_SELFTEST": "1"},
         "components": {
             "six": {"pip": "six==1.17.0"},
+            # verl's pure-Python wheel without its dependencies: enough for `rlbox validate`
+            # to extract the config tree of the verl inside an image.
+            "verl": {"pip": "verl==0.5.0", "pip_args": ["--no-deps"]},
             "fixture": {"git": git_url, "commit": commit, "ref": "v1.0.0", "patches": patches},
         },
         "variants": {VARIANT: {"hardware": HARDWARE}},

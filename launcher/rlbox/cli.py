@@ -12,7 +12,9 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__, build, matrix, provenance, render
+from . import jobs as jobs_mod
 from . import recipes as recipes_mod
+from . import validate as validate_mod
 from .errors import RlboxError
 from .paths import find_root
 
@@ -221,10 +223,15 @@ NAME = click.option("--name", default="verl", show_default=True, help="Run name:
 @click.option("--sim-driver", help="Driver version the simulated hosts report (default: the image's minimum).")
 @click.option("--num-cpus", "cpus", type=int, help="CPUs each node offers to Ray (default: Ray detects).")
 @click.option("--nofile", type=int, help="Open-files limit of node containers (default 65536, capped for the local engine).")
+@click.option("--verl-version", help="Validate the job's overrides against this verl release (PyPI wheel) instead of the image's verl.")
+@click.option("--verl-config", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Validate against this verl source checkout instead of the image's verl.")
+@click.option("--no-validate", is_flag=True, help="Skip the Hydra validation of a verl job.")
 @RUNS_DIR
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, envs, privileged, name, replace,
-            recipe, params, sets, smoke_test, timeout, detach, keep, dry_run, sim_driver, cpus, nofile, runs_dir, command):
+            recipe, params, sets, smoke_test, timeout, detach, keep, dry_run, sim_driver, cpus, nofile, verl_version,
+            verl_config, no_validate, runs_dir, command):
     """Start the training container on every node, bring up Ray, run the job, tear down.
 
     \b
@@ -253,11 +260,88 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
         sys.stdout.write(text)
         sys.stdout.flush()
 
+    before = None
+    if plan.job is not None and jobs_mod.is_verl(list(plan.job.argv)) and not no_validate:
+        def before(nodes):
+            tree = _verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
+            if tree is not None:
+                _report(validate_mod.check(tree, list(plan.job.argv), len(plan.nodes), min(n.npus for n in plan.nodes)), tree)
+                echo(f"job overrides valid against {tree.origin}")
+
     outcome = runner.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
-                             detach=detach, keep=keep)
+                             detach=detach, keep=keep, before=before)
     if outcome.exit_code:
         raise RlboxError(f"job of run '{name}' {outcome.status} with exit code {outcome.exit_code}; log: {outcome.log_path}",
                          exit_code=outcome.exit_code)
+
+
+def _verl_tree(verl_version, verl_config, client, image, echo=None):
+    """Where the verl config comes from: an explicit folder or version, else the image's verl
+    (None, with a notice, when the image has none, as the simulation image)."""
+    if verl_config:
+        return validate_mod.from_folder(verl_config)
+    if verl_version:
+        return validate_mod.from_wheel(verl_version)
+    try:
+        return validate_mod.from_image(client, image)
+    except RlboxError as err:
+        if "has no verl" in str(err) and echo:
+            echo(f"not validated: {err}")
+            return None
+        raise
+
+
+def _report(problems, tree) -> None:
+    if problems:
+        for p in problems[:-1]:
+            err.print(f"rlbox: invalid: {p}", markup=False)
+        raise RlboxError(f"invalid: {problems[-1]}  ({len(problems)} problem(s) against {tree.origin}; nothing was started)")
+
+
+@cli.command("validate")
+@click.option("--hosts", help="Hosts of the cluster (only their number matters here).")
+@click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--nodes", type=int, help="Nodes of the cluster the job is for.")
+@click.option("--devices", type=int, help="NPUs per node (default: the hardware profile's).")
+@click.option("--image", help="RELEASE:VARIANT or image whose verl to validate against (default: the recipe's release).")
+@click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))
+@click.option("--verl-version", help="Validate against this verl release's config (PyPI wheel).")
+@click.option("--verl-config", type=click.Path(path_type=Path, exists=True, file_okay=False), help="A verl source checkout.")
+@click.option("--recipe", help="A shipped recipe.")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_version, verl_config, recipe, params, sets, command):
+    """Compose a verl job's Hydra config with the verl that will run and check it.
+
+    Unknown keys (with the nearest real key), values of the wrong type, and cluster rules:
+    nnodes x n_gpus_per_node equals the cluster's NPUs, rollout TP divides NPUs per node,
+    ulysses SP divides the NPU count, train_batch_size divisible by ppo_mini_batch_size,
+    ppo_max_token_len_per_gpu holds one sequence, trainer.device=npu, filter_groups only with DAPO.
+    """
+    from . import launch, matrix
+    from .paths import find_root
+
+    rec = recipes_mod.load(recipe) if recipe else None
+    req = launch.RunRequest(hosts=hosts, cluster_file=cluster_file, nodes=nodes or (None if hosts or cluster_file else (rec.nodes if rec else 1)),
+                            sim=not (hosts or cluster_file), hardware=hardware or (rec.hardware if rec else None), devices=devices,
+                            recipe=recipe, params=list(params), sets=list(sets), command=list(command), dry_run=True)
+    plan, _ = launch.prepare(req)
+    if plan.job is None or not jobs_mod.is_verl(list(plan.job.argv)):
+        raise RlboxError("validate: give a verl job (-- python3 -m verl.trainer.main_ppo ... or --recipe NAME)")
+    tree = None
+    if verl_config or verl_version:
+        tree = _verl_tree(verl_version, verl_config, None, None)
+    else:
+        m = matrix.load(find_root())
+        ref = image or (m.for_hardware(rec.release, rec.hardware).ref if rec else None)
+        if not ref:
+            raise RlboxError("validate: say which verl: --image, --verl-version or --verl-config")
+        target = m.get(ref).image if ":" in ref and ref.split(":")[0] in m.releases else ref
+        tree = validate_mod.from_image(provenance.docker_client(), target)
+    _report(validate_mod.check(tree, list(plan.job.argv), len(plan.nodes), min(n.npus for n in plan.nodes)), tree)
+    click.echo(f"valid: {plan.job.argv[2] if len(plan.job.argv) > 2 else ''} with {len(validate_mod.hydra_overrides(list(plan.job.argv)))} overrides "
+               f"for {len(plan.nodes)} x {min(n.npus for n in plan.nodes)} NPUs against {tree.origin}")
 
 
 def _state(runs_dir: Path, name: str) -> dict:

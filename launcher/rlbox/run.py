@@ -207,12 +207,20 @@ def execute(
     detach: bool = False,
     keep: bool = False,
     bring_up_only: bool = False,
+    before: Callable[[list[Node]], None] | None = None,
 ) -> Outcome:
     """Carry out the plan. Tears everything down on failure, Ctrl-C, SIGTERM, or at the end."""
     state = run_dir / "state.json"
     log_path = run_dir / f"{plan.run_id}.log"
     started = time.monotonic()
     nodes = connect_all(tuple(n.host for n in plan.nodes))
+    if before is not None:  # checks that need the engines but must pass before anything starts
+        try:
+            before(nodes)
+        except BaseException:
+            for node in nodes:
+                node.close()
+            raise
     cluster = Cluster(plan, nodes, echo)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     cleanup = False  # nothing of ours exists until preflight has passed

@@ -1,0 +1,148 @@
+"""Validation of verl overrides against real verl configs (PyPI wheels, and the verl in an image)."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import docker
+import pytest
+
+import selftest
+from conftest import rlbox
+from rlbox import recipes, validate
+
+MAIN_PPO = ["python3", "-m", "verl.trainer.main_ppo"]
+DAPO = ["python3", "-m", "recipe.dapo.main_dapo"]
+CLUSTER = ["trainer.nnodes=4", "trainer.n_gpus_per_node=16", "trainer.device=npu"]
+
+
+@pytest.fixture(scope="module")
+def verl050(tmp_path_factory):
+    return validate.from_wheel("0.5.0")
+
+
+@pytest.fixture(scope="module")
+def verl_source(verl050, tmp_path_factory):
+    """A verl source tree: the 0.5.0 wheel's package plus a DAPO recipe entry and config.
+
+    recipe/ is not in verl's wheels (only in its git source); this stand-in has the same
+    shape as recipe/dapo at verl 796871d: an @hydra.main entry and a config that extends
+    ppo_trainer through a relative searchpath and adds the DAPO-only keys."""
+    root = tmp_path_factory.mktemp("verl-src")
+    shutil.copytree(verl050.root / "verl", root / "verl")
+    dapo = root / "recipe" / "dapo"
+    (dapo / "config").mkdir(parents=True)
+    (dapo / "main_dapo.py").write_text('@hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)\ndef main(config):\n    pass\n')
+    (dapo / "config" / "dapo_trainer.yaml").write_text(textwrap.dedent("""\
+        hydra:
+          searchpath:
+            - file://verl/trainer/config
+        defaults:
+          - ppo_trainer
+          - _self_
+        data:
+          gen_batch_size: ${data.train_batch_size}
+        reward_model:
+          reward_manager: dapo
+          overlong_buffer: {enable: false, len: 0, penalty_factor: 0.0, log: false}
+        algorithm:
+          filter_groups: {enable: false, metric: null, max_num_gen_batches: 0}
+        trainer:
+          project_name: verl-dapo
+    """))
+    return validate.from_folder(root)
+
+
+BROKEN = [
+    ("seed typo tainer", MAIN_PPO + ["tainer.device=npu"], "tainer.device: unknown key in ppo_trainer; did you mean trainer.device?"),
+    ("seed typo actor_rolloput_ref", MAIN_PPO + CLUSTER + ["actor_rolloput_ref.rollout.n=5"],
+     "actor_rolloput_ref.rollout.n: unknown key in ppo_trainer; did you mean actor_rollout_ref.rollout.n?"),
+    ("filter_groups without DAPO", MAIN_PPO + CLUSTER + ["algorithm.filter_groups.enable=True"],
+     "algorithm.filter_groups.enable: filter_groups is a DAPO setting: it needs the DAPO entrypoint"),
+    ("type", MAIN_PPO + ["trainer.nnodes=four", "trainer.n_gpus_per_node=16", "trainer.device=npu"],
+     "trainer.nnodes: 'four' is not a number (the default is 1)"),
+    ("bool type", MAIN_PPO + CLUSTER + ["actor_rollout_ref.model.enable_gradient_checkpointing=maybe"],
+     "actor_rollout_ref.model.enable_gradient_checkpointing: 'maybe' is not a boolean"),
+    ("npus", MAIN_PPO + ["trainer.nnodes=2", "trainer.n_gpus_per_node=16", "trainer.device=npu"],
+     "trainer.nnodes, trainer.n_gpus_per_node: 2 x 16 = 32 NPUs, but the cluster has 4 x 16 = 64"),
+    ("device", MAIN_PPO + ["trainer.nnodes=4", "trainer.n_gpus_per_node=16"],
+     "trainer.device: is 'cuda'; Ascend runs need trainer.device=npu"),
+    ("tp", MAIN_PPO + CLUSTER + ["actor_rollout_ref.rollout.tensor_model_parallel_size=3"],
+     "rollout tensor parallel size 3 does not divide 16 NPUs per node"),
+    ("sp", MAIN_PPO + CLUSTER + ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=5"],
+     "ulysses sequence parallel size 5 does not divide 64 NPUs"),
+    ("batch", MAIN_PPO + CLUSTER + ["data.train_batch_size=100", "actor_rollout_ref.actor.ppo_mini_batch_size=64"],
+     "train_batch_size 100 is not divisible by ppo_mini_batch_size 64"),
+    ("token cap", MAIN_PPO + CLUSTER + ["actor_rollout_ref.actor.use_dynamic_bsz=True", "data.max_prompt_length=2048",
+                                        "data.max_response_length=20480", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
+                                        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],
+     "ppo_max_token_len_per_gpu: 8192 cannot hold one sequence: (max_prompt_length 2048 + max_response_length 20480) / ulysses sp 2 = 11264"),
+]
+
+
+@pytest.mark.parametrize("case,argv,expected", BROKEN, ids=[b[0] for b in BROKEN])
+def test_broken_overrides_are_caught(verl050, case, argv, expected):
+    problems = [str(p) for p in validate.check(verl050, argv, nodes=4, npus=16)]
+    assert any(expected in p for p in problems), problems
+    assert all("\n" not in p for p in problems)
+
+
+def test_dapo_entry_composes_with_trainer_config_on_the_search_path(verl_source):
+    ok = validate.check(verl_source, DAPO + CLUSTER + ["algorithm.filter_groups.enable=True", "data.gen_batch_size=96"], 4, 16)
+    assert ok == []
+    problems = [str(p) for p in validate.check(verl_source, DAPO + CLUSTER + ["alogorithm.filter_groups.enable=True"], 4, 16)]
+    assert problems == ["alogorithm.filter_groups.enable: unknown key in dapo_trainer; did you mean "
+                        "algorithm.filter_groups.enable? (a new key needs a leading +)"]
+
+
+def test_every_recipe_validates_clean(verl050, verl_source):
+    nearest = {"verl_pt27_25rc3": verl_source, "verl_pt27_cann82rc1": validate.from_wheel("0.7.0")}
+    for r in recipes.all_recipes():
+        argv, _ = r.resolve({}, [])
+        from rlbox.jobs import plan_job
+
+        npus = 16 if r.hardware == "a3" else 8
+        job = plan_job(argv, nodes=r.nodes, npus_per_node=npus, run="t", run_id="x")
+        assert validate.check(nearest[r.release], list(job.argv), r.nodes, npus) == [], r.name
+
+
+def test_cli_validate_and_run_stop_before_any_container(verl050, tmp_path):
+    proc = rlbox("validate", "--verl-version", "0.5.0", "--recipe", "grpo-qwen2.5-0.5b-gsm8k")
+    assert proc.returncode == 0 and proc.stdout.startswith("valid: verl.trainer.main_ppo with ")
+    proc = rlbox("validate", "--verl-version", "0.5.0", "--nodes", "4", "--devices", "16",
+                 "--", *MAIN_PPO, "tainer.device=npu", "trainer.n_gpus_per_node=16")
+    assert proc.returncode == 2 and "did you mean trainer.device?" in proc.stderr
+
+
+@pytest.mark.engine
+def test_run_with_a_seed_typo_starts_nothing(engine, sim_image, tmp_path):
+    runs = tmp_path / "runs"
+    proc = rlbox("run", "--sim", "--nodes", "2", "--name", "t-typo", "--runs-dir", runs, "--verl-version", "0.5.0",
+                 "--", *MAIN_PPO, "actor_rolloput_ref.rollout.n=5", "trainer.device=npu")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "rlbox: error: invalid: actor_rolloput_ref.rollout.n: unknown key in ppo_trainer; did you mean actor_rollout_ref.rollout.n?")
+    assert "nothing was started" in proc.stderr
+    assert docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.run=t-typo"}) == []
+    assert not (runs / "t-typo" / "state.json").exists()
+
+
+@pytest.mark.engine
+def test_config_is_extracted_from_the_image_once(selftest_image, tmp_path, monkeypatch):
+    _, image, _ = selftest_image
+    monkeypatch.setattr(validate, "CACHE", tmp_path / "cache")
+    client = docker.from_env()
+    before = len(client.containers.list(all=True))
+    tree = validate.from_image(client, image)
+    assert tree.trainer_config.joinpath("ppo_trainer.yaml").is_file()
+    assert tree.root.name.startswith("image-") and tree.root.parent == tmp_path / "cache" / "verl"
+    assert len(client.containers.list(all=True)) == before  # the probe and extraction containers are gone
+    problems = [str(p) for p in validate.check(tree, MAIN_PPO + ["tainer.device=npu"], 1, 8)]
+    assert any("did you mean trainer.device?" in p for p in problems)
+    again = validate.from_image(client, image)
+    assert again.root == tree.root
+    proc = rlbox("validate", "--image", image, "--hardware", "ax", "--nodes", "1", "--", *MAIN_PPO, "tainer.device=npu",
+                 env={"RLBOX_CACHE": str(tmp_path / "cache2")})
+    assert proc.returncode == 2 and "did you mean trainer.device?" in proc.stderr and f"verl in {image}" in proc.stderr
