@@ -16,7 +16,7 @@ help:
 	@echo "make lint          hadolint over every rendered Dockerfile + render --check"
 	@echo "make dockerfiles   re-render dockerfiles/ from images/, templates/, patches/"
 	@echo "make image-a2|image-a3|image-ax   build $(FLAGSHIP) for that hardware (BUILD_FLAGS=...)"
-	@echo "make bench         benchmarks under bench/ (image rebuild; cluster bring-up vs baselines)"
+	@echo "make bench         benchmarks under bench/ (image rebuild, cluster bring-up, pre-flight)"
 
 setup:
 	bash .ci/provision
@@ -52,3 +52,4 @@ image-ax:
 bench: sim-image
 	$(PYTHON) bench/build_cache.py
 	$(PYTHON) bench/bringup.py
+	$(PYTHON) bench/preflight.py

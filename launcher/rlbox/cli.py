@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__, build, matrix, provenance, render
+from . import doctor as doctor_mod
 from . import jobs as jobs_mod
 from . import recipes as recipes_mod
 from . import validate as validate_mod
@@ -227,11 +228,12 @@ NAME = click.option("--name", default="verl", show_default=True, help="Run name:
 @click.option("--verl-config", type=click.Path(path_type=Path, exists=True, file_okay=False),
               help="Validate against this verl source checkout instead of the image's verl.")
 @click.option("--no-validate", is_flag=True, help="Skip the Hydra validation of a verl job.")
+@click.option("--no-doctor", is_flag=True, help="Skip the per-node pre-flight checks (rlbox doctor).")
 @RUNS_DIR
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, envs, privileged, name, replace,
             recipe, params, sets, smoke_test, timeout, detach, keep, dry_run, sim_driver, cpus, nofile, verl_version,
-            verl_config, no_validate, runs_dir, command):
+            verl_config, no_validate, no_doctor, runs_dir, command):
     """Start the training container on every node, bring up Ray, run the job, tear down.
 
     \b
@@ -260,13 +262,23 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    before = None
-    if plan.job is not None and jobs_mod.is_verl(list(plan.job.argv)) and not no_validate:
-        def before(nodes):
+    verl_job = plan.job is not None and jobs_mod.is_verl(list(plan.job.argv)) and not no_validate
+
+    def before(nodes):
+        if verl_job:
             tree = _verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
             if tree is not None:
                 _report(validate_mod.check(tree, list(plan.job.argv), len(plan.nodes), min(n.npus for n in plan.nodes)), tree)
                 echo(f"job overrides valid against {tree.origin}")
+        if not no_doctor:
+            checks, took = doctor_mod.run_checks(plan, plan.driver_min, plan.device_counts, nodes, replace)
+            bad = [c for c in checks if not c.ok]
+            for c in bad[:-1]:
+                err.print(f"rlbox: ✗ {c.line()}", markup=False)
+            if bad:
+                raise RlboxError(f"pre-flight: {bad[-1].line()}  ({len(bad)} failed check(s); nothing was started; "
+                                 "`rlbox doctor` shows all, --no-doctor skips)")
+            echo(f"pre-flight: {len(checks)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
 
     outcome = runner.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
                              detach=detach, keep=keep, before=before)
@@ -357,6 +369,49 @@ def _hosts_of(state: dict):
     return tuple(Host(name=n["host"], ssh_user=n.get("ssh_user"), ssh_port=n.get("ssh_port"),
                       identity_file=n.get("identity_file"), known_hosts=n.get("known_hosts"),
                       transport=n.get("transport", "auto")) for n in state["nodes"])
+
+
+@cli.command("doctor")
+@click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head).")
+@click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--nodes", type=int)
+@click.option("--sim", is_flag=True, help="Check simulated hosts (their stand-in devices, npu-smi and driver).")
+@click.option("--image", help="RELEASE:VARIANT or image the run will use.")
+@click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))
+@click.option("--devices", type=int, help="NPUs per node the run will use.")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Mounts whose sources must exist on every node.")
+@click.option("--nic")
+@NAME
+@click.option("--sim-driver", help="Driver version the simulated hosts report.")
+@RUNS_DIR
+@click.option("--json", "as_json", is_flag=True)
+def doctor_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, name, sim_driver, runs_dir, as_json):
+    """Check every node before a run, in parallel: ✓ or ✗ with the fix.
+
+    Engine, device nodes and count, npu-smi chip vs the image's hardware, driver version vs
+    what the image's CANN needs, NPUs held by other containers, the run's Ray ports, stale Ray,
+    nofile, /dev/shm, the interface routing to the head, disk, the image, mount sources.
+    `rlbox run` runs the same checks first and stops on a ✗.
+    """
+    from . import launch, sim as sim_mod
+
+    req = launch.RunRequest(hosts=hosts, cluster_file=cluster_file, nodes=nodes, sim=sim, image=image, hardware=hardware,
+                            devices=devices, mounts=list(mounts), nic=nic, name=name, runs_dir=runs_dir,
+                            sim_driver=sim_driver, dry_run=True)
+    plan, _ = launch.prepare(req)
+    if plan.sim_files:
+        sim_mod.write_hosts(plan)
+    checks, took = doctor_mod.run_checks(plan, plan.driver_min, plan.device_counts)
+    if as_json:
+        click.echo(json.dumps({"checks": doctor_mod.as_json(checks), "seconds": round(took, 3)}, indent=2))
+    else:
+        table = Table("NODE", "CHECK", "", "DETAIL", "FIX", box=None)
+        for c in checks:
+            table.add_row(c.node, c.name, "[green]✓[/]" if c.ok else "[red]✗[/]", c.detail, "" if c.ok else c.fix)
+        out.print(table)
+        out.print(f"{sum(c.ok for c in checks)}/{len(checks)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
+    if not all(c.ok for c in checks):
+        raise RlboxError(f"{sum(not c.ok for c in checks)} check(s) failed", exit_code=1)
 
 
 @cli.command("status")

@@ -63,6 +63,15 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class SimHost:
+    """How a simulated host differs from a healthy one of its hardware (rehearsing broken hosts)."""
+
+    devices: int | None = None
+    chip: str | None = None
+    driver: str | None = None
+
+
+@dataclass(frozen=True)
 class Host:
     name: str
     ssh_user: str | None = None
@@ -73,6 +82,7 @@ class Host:
     address: str | None = None
     mounts: tuple[Mount, ...] = ()
     transport: str = "auto"  # local | ssh | auto (local for localhost/this host without ssh settings)
+    sim: SimHost = SimHost()
 
     @property
     def local(self) -> bool:
@@ -108,9 +118,17 @@ class _Ssh(BaseModel):
     known_hosts: str | None = None
 
 
+class _SimEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    devices: int | None = Field(None, ge=0)
+    chip: str | None = None
+    driver: str | None = None
+
+
 class _HostEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     host: str
+    sim: _SimEntry = _SimEntry()
     address: str | None = None
     nic: str | None = None
     ssh: _Ssh = _Ssh()
@@ -201,6 +219,7 @@ def _from_yaml(path: Path, data: dict[str, Any]) -> ClusterSpec:
                 nic=entry.nic,
                 address=entry.address,
                 mounts=tuple(Mount.parse(m, f"{path}: hosts.{i}.mounts") for m in entry.mounts),
+                sim=SimHost(**entry.sim.model_dump()),
             )
         )
     return _checked(ClusterSpec(tuple(hosts), image=doc.image, hardware=doc.hardware, mounts=mounts, source=str(path)))

@@ -130,7 +130,9 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
         if req.devices <= 0:
             raise RlboxError("--devices must be positive")
         devices = {h.name: req.devices for h in spec.hosts}
-    elif req.sim or req.dry_run:
+    elif req.sim:
+        devices = {h.name: h.sim.devices if h.sim.devices is not None else profile.npus_per_node for h in spec.hosts}
+    elif req.dry_run:
         devices = {h.name: profile.npus_per_node for h in spec.hosts}
     else:
         devices = {h.name: hosts.count_devices(h) for h in spec.hosts}
@@ -144,6 +146,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
         sim_files = str(run_dir / "sim")
         network = sim.network_for(req.name)
     npus = min(devices.values())
+    sim_driver = req.sim_driver or _driver_for(m, image) or "25.3.rc1"
     env = tuple(_pairs(req.env, "--env").items())
     job: JobPlan | None = None
     if req.smoke_test:
@@ -157,7 +160,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
                     sim_files=sim_files, network=network, privileged=req.privileged, job=job,
                     extra_env=env, cpus=req.cpus, nofile={h.name: _nofile(h, req.nofile) for h in spec.hosts},
-                    sim_driver=req.sim_driver or _driver_for(m, image) or "25.3.rc1")
+                    sim_driver=sim_driver, driver_min=_driver_for(m, image) or (sim_driver if req.sim else None))
     if req.sim and hardware not in sim.CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
     return plan, run_dir

@@ -270,6 +270,8 @@ class RunPlan:
     sim_files: str | None = None
     sim_driver: str = "25.3.rc1"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    driver_min: str | None = None  # what the image's CANN needs from the host (doctor)
+    device_counts: tuple[int, ...] = ()  # NPU counts hosts of this hardware come with
 
     @property
     def total_npus(self) -> int:
@@ -365,11 +367,12 @@ def node_container(
     devices = [("/dev/null" if sim else f"/dev/davinci{i}", f"/dev/davinci{i}") for i in range(npus)]
     devices += [("/dev/null" if sim else d, d) for d in CONTROL_DEVICES]
     if sim:
+        stand_ins = f"{sim_files}/{host.name}"
         driver = [
-            Mount(f"{sim_files}/driver", DRIVER_DIR, True),
-            Mount(f"{sim_files}/dcmi", DCMI_DIR, True),
-            Mount(f"{sim_files}/npu-smi", NPU_SMI, True),
-            Mount(f"{sim_files}/ascend_install.info", INSTALL_INFO, True),
+            Mount(f"{stand_ins}/driver", DRIVER_DIR, True),
+            Mount(f"{stand_ins}/dcmi", DCMI_DIR, True),
+            Mount(f"{stand_ins}/npu-smi", NPU_SMI, True),
+            Mount(f"{stand_ins}/ascend_install.info", INSTALL_INFO, True),
         ]
     else:
         driver = [
@@ -430,6 +433,7 @@ def plan_run(
     cpus: int | None = None,
     nofile: dict[str, int] | None = None,
     sim_driver: str = "25.3.rc1",
+    driver_min: str | None = None,
 ) -> RunPlan:
     """Plan every node. ``devices`` maps host name -> NPU count (detected or from the profile);
     ``nofile`` host name -> open-files limit (default 65536)."""
@@ -461,4 +465,5 @@ def plan_run(
     if len(counts) > 1:
         notes.append("nodes differ in NPU count; verl's trainer.n_gpus_per_node assumes equal nodes")
     return RunPlan(run, run_id, image, profile.name, network is not None, head, ports, tuple(nodes),
-                   network, job, sim_files, sim_driver, tuple(notes))
+                   network, job, sim_files, sim_driver, tuple(notes), driver_min,
+                   profile.device_counts or (profile.npus_per_node,))

@@ -214,6 +214,8 @@ def execute(
     log_path = run_dir / f"{plan.run_id}.log"
     started = time.monotonic()
     nodes = connect_all(tuple(n.host for n in plan.nodes))
+    if plan.sim_files:
+        sim.write_hosts(plan)
     if before is not None:  # checks that need the engines but must pass before anything starts
         try:
             before(nodes)
@@ -229,8 +231,6 @@ def execute(
     try:
         cluster.preflight(replace)
         cleanup = True
-        if plan.sim_files:
-            sim.write_stand_ins(Path(plan.sim_files), plan.hardware, min(n.npus for n in plan.nodes), plan.sim_driver)
         write_state(state, plan, phase="starting")
         cluster.start()
         cluster.connect_dashboard()

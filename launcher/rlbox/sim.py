@@ -10,6 +10,7 @@ simulated chip. Device nodes are mapped from ``/dev/null`` (see plan.node_contai
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 from .errors import RlboxError
@@ -28,10 +29,13 @@ _THICK = "+" + "=" * 27 + "+" + "=" * 15 + "+" + "=" * 52 + "+"
 _FULL = "+" + "-" * 96 + "+"
 
 
-def npu_smi_table(hardware: str, devices: int, driver: str) -> str:
+def npu_smi_table(hardware: str, devices: int, driver: str, chip_name: str | None = None) -> str:
     """What `npu-smi info` prints on an idle host of this hardware (the 98-column layout of
     npu-smi 23.x-25.x): one two-line block per chip, `Ascend910` with a Phy-ID column on A3."""
     name, chips_per_npu, buses = CHIPS[hardware]
+    if chip_name and chip_name != name:  # a host whose chip is not what its profile says
+        known = {v[0]: v for v in CHIPS.values()}
+        name, chips_per_npu, buses = known.get(chip_name, (chip_name, 1, buses))
     a3 = chips_per_npu == 2
     lines = [
         _FULL,
@@ -59,11 +63,17 @@ def npu_smi_table(hardware: str, devices: int, driver: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str) -> Path:
-    """Write the host-side files a simulated node mounts; returns the folder."""
+def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str, chip: str | None = None) -> Path:
+    """Write the host-side files a simulated host has: driver files, npu-smi, and a ``dev/``
+    listing of its device nodes (what `rlbox doctor` reads instead of the host's /dev)."""
     if hardware not in CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
     folder.mkdir(parents=True, exist_ok=True)
+    dev = folder / "dev"
+    shutil.rmtree(dev, ignore_errors=True)
+    dev.mkdir()
+    for name in [f"davinci{i}" for i in range(devices)] + ["davinci_manager", "devmm_svm", "hisi_hdc"]:
+        (dev / name).touch()
     (folder / "driver" / "lib64").mkdir(parents=True, exist_ok=True)
     (folder / "dcmi").mkdir(exist_ok=True)
     (folder / "driver" / "version.info").write_text(
@@ -74,7 +84,7 @@ def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str) -> P
         "UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nDriver_Install_Type=full\n"
         "Driver_Install_Path_Param=/usr/local/Ascend\nDriver_Install_For_All=no\n"
     )
-    table = npu_smi_table(hardware, devices, driver)
+    table = npu_smi_table(hardware, devices, driver, chip)
     script = folder / "npu-smi"
     script.write_text(
         "#!/bin/sh\n# rlbox simulation: stand-in for npu-smi; prints what `npu-smi info` prints on this hardware.\n"
@@ -86,6 +96,14 @@ def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str) -> P
     )
     script.chmod(0o755)
     return folder
+
+
+def write_hosts(plan) -> None:
+    """Stand-ins for every simulated host of a plan, each as its cluster entry describes it."""
+    for node in plan.nodes:
+        h = node.host.sim
+        write_stand_ins(Path(plan.sim_files) / node.host.name, plan.hardware, node.npus,
+                        h.driver or plan.sim_driver, h.chip)
 
 
 def network_for(run: str) -> SimNetwork:

@@ -1,0 +1,88 @@
+"""rlbox doctor on simulated hosts that are broken in the ways real ones are."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import docker
+import pytest
+
+from conftest import rlbox
+from rlbox.plan import ports_for
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture
+def runs(tmp_path, sim_image):
+    return tmp_path / "runs"
+
+
+def doctor(runs, *args):
+    proc = rlbox("doctor", "--sim", "--hardware", "a3", "--runs-dir", runs, "--json", *args)
+    data = json.loads(proc.stdout) if proc.stdout.strip() else {"checks": []}
+    failed = {(c["node"], c["name"]): c for c in data["checks"] if not c["ok"]}
+    return proc, data, failed
+
+
+def test_healthy_four_node_cluster_passes(runs):
+    proc, data, failed = doctor(runs, "--nodes", "4", "--name", "d-ok")
+    assert proc.returncode == 0, failed
+    names = {c["name"] for c in data["checks"]}
+    assert names >= {"engine", "devices", "chip", "driver", "devices free", "ports", "stale ray", "nofile", "shm",
+                     "interface", "disk", "image", "paths"}
+    assert len({c["node"] for c in data["checks"]}) == 4
+    assert data["seconds"] < 30  # sanity only; speed is measured by bench/preflight.py
+
+
+BROKEN_HOSTS = [
+    ("device missing", "{devices: 15}", "devices", "15 /dev/davinci* (plan: 15; a3 hosts have 16)"),
+    ("wrong chip", "{chip: 910B3}", "chip", "npu-smi reports 910B3 (A2); image hardware a3"),
+    ("old driver", "{driver: 24.1.rc1}", "driver", "version.info 24.1.rc1; the image's CANN needs >= 25.3.rc1"),
+]
+
+
+@pytest.mark.parametrize("case,sim,check,detail", BROKEN_HOSTS, ids=[b[0] for b in BROKEN_HOSTS])
+def test_broken_simulated_host_is_named_with_its_fix(runs, tmp_path, case, sim, check, detail):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"hosts:\n  - host: good\n  - host: bad\n    sim: {sim}\n")
+    proc, _, failed = doctor(runs, "--cluster", cluster, "--name", "d-bad")
+    assert proc.returncode == 1
+    assert list(failed) == [("node1 (bad)", check)]
+    assert failed[("node1 (bad)", check)]["detail"] == detail
+    assert failed[("node1 (bad)", check)]["fix"]
+    # rlbox run stops on the same check before anything starts
+    run = rlbox("run", "--sim", "--cluster", cluster, "--hardware", "a3", "--name", "d-bad", "--runs-dir", runs, "--smoke-test")
+    assert run.returncode == 2
+    assert f"pre-flight: node1 (bad): ✗ {check}: {detail}" in run.stderr and "nothing was started" in run.stderr
+    assert docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.run=d-bad"}) == []
+
+
+def test_port_held_leftover_container_and_missing_path(runs, tmp_path):
+    client = docker.from_env()
+    port = ports_for("d-held").gcs
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", port))
+    holder.listen()
+    leftover = client.containers.run("rlbox/debian:bookworm", ["sleep", "300"], detach=True, name="d-leftover",
+                                     devices=["/dev/null:/dev/davinci0:rwm"])
+    try:
+        proc, _, failed = doctor(runs, "--nodes", "2", "--name", "d-held", "--mount", "/nonexistent/models:/models")
+        assert proc.returncode == 1
+        assert failed[("node0 (sim0)", "ports")]["detail"] == f"taken: {port} (gcs)"
+        assert failed[("node1 (sim1)", "devices free")]["detail"] == "held by d-leftover"
+        assert "docker rm -f d-leftover" in failed[("node1 (sim1)", "devices free")]["fix"]
+        assert failed[("node0 (sim0)", "paths")]["detail"] == "missing: /nonexistent/models"
+    finally:
+        holder.close()
+        leftover.remove(force=True)
+
+
+def test_unreachable_host_is_a_failed_check_not_a_crash(runs, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("hosts:\n  - host: local\n  - host: 127.0.0.1\n    ssh: {port: 1}\n")
+    proc, _, failed = doctor(runs, "--cluster", cluster, "--name", "d-ssh")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "cannot reach over ssh" in failed[("node1 (127.0.0.1)", "engine")]["detail"]
