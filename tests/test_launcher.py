@@ -22,6 +22,19 @@ def runs(tmp_path, sim_image):
     return tmp_path / "runs"
 
 
+@pytest.fixture(autouse=True)
+def no_leftovers_between_tests():
+    """Whatever a failing test leaves behind must not fail the next one."""
+    yield
+    client = docker.from_env()
+    for box in client.containers.list(all=True, filters={"label": "io.rlbox.managed=true"}):
+        if box.labels.get("io.rlbox.run", "").startswith("t-"):
+            box.remove(force=True)
+    for net in client.networks.list(filters={"label": "io.rlbox.managed=true"}):
+        if net.name.startswith("rlbox-t-"):
+            net.remove()
+
+
 def leftovers(name):
     client = docker.from_env()
     boxes = client.containers.list(all=True, filters={"label": f"io.rlbox.run={name}"})
@@ -103,9 +116,15 @@ def test_missing_image_and_missing_device_are_clear_and_leave_nothing(runs, sim_
     assert proc.stderr.strip() == ("rlbox: error: sim0: image localhost/rlbox/nothing:here is not present; "
                                    "build it with `rlbox build rlbox_sim:<arch>`")
     assert leftovers("t-img") == []
-    # A real (not simulated) node on this machine: it has no /dev/davinci0.
+    # A real (not simulated) node on this machine: it has no /dev/davinci0. Pre-flight says so...
     proc = rlbox("run", "--hosts", "localhost", "--image", sim_image, "--hardware", "a2", "--devices", "8",
                  "--name", "t-dev", "--runs-dir", runs, "--smoke-test")
+    assert proc.returncode == 2
+    assert "pre-flight: " in proc.stderr and "✗ devices: 0 /dev/davinci* (plan: 8; a2 hosts have 8/16)" in proc.stderr
+    assert leftovers("t-dev") == []
+    # ...and without it, the engine's refusal becomes the same kind of one line, nothing left behind.
+    proc = rlbox("run", "--hosts", "localhost", "--image", sim_image, "--hardware", "a2", "--devices", "8",
+                 "--name", "t-dev", "--runs-dir", runs, "--smoke-test", "--no-doctor")
     assert proc.returncode == 2
     assert "localhost: /dev/davinci0 does not exist on the host" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1

@@ -214,22 +214,17 @@ def execute(
     log_path = run_dir / f"{plan.run_id}.log"
     started = time.monotonic()
     nodes = connect_all(tuple(n.host for n in plan.nodes))
-    if plan.sim_files:
-        sim.write_hosts(plan)
-    if before is not None:  # checks that need the engines but must pass before anything starts
-        try:
-            before(nodes)
-        except BaseException:
-            for node in nodes:
-                node.close()
-            raise
     cluster = Cluster(plan, nodes, echo)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     cleanup = False  # nothing of ours exists until preflight has passed
     submission = None
     client = None
     try:
-        cluster.preflight(replace)
+        cluster.preflight(replace)  # refuses a live run of this name before anything else
+        if plan.sim_files:
+            sim.write_hosts(plan)
+        if before is not None:  # checks that need the engines but must pass before anything starts
+            before(nodes)
         cleanup = True
         write_state(state, plan, phase="starting")
         cluster.start()
