@@ -10,7 +10,8 @@ Measured in the same run, on the same engine and sim image, against two baseline
       waiting for the head's port, readiness polled every 0.1 s through the dashboard REST API.
 
 rlbox is timed from the start of planning to its "cluster ready" line (connecting to the
-engine, preflight, stand-in files, network, containers, Ray, readiness). Teardown is not
+engine, pre-flight checks as `rlbox run` does them, stand-in files, network, containers, Ray,
+readiness). Teardown is not
 counted for anyone. Prints the times and the ratios rlbox/(a) and rlbox/(b).
 Needs the engine and the sim image (make rehearsal builds it).
 """
@@ -58,7 +59,8 @@ def rlbox_bringup(nodes: int, runs: Path) -> float:
             ready_at.append(time.perf_counter())
 
     plan, run_dir = launch.prepare(launch.RunRequest(sim=True, nodes=nodes, hardware="a3", name=f"bench{nodes}", runs_dir=runs))
-    run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True, bring_up_only=True)
+    run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True, bring_up_only=True,
+                before=launch.checks_before_start(plan, replace=True, echo=echo))
     return ready_at[0] - start
 
 

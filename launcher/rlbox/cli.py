@@ -242,7 +242,8 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
         -- python3 -m verl.trainer.main_ppo data.train_files=/data/train.parquet ...
     rlbox run --cluster cluster.yaml --recipe dapo-qwen3-32b-a3 --param model_path=/data/Qwen3-32B
     """
-    from . import launch, run as runner
+    from . import launch
+    from . import run as runner
 
     req = launch.RunRequest(
         hosts=hosts, cluster_file=cluster_file, nodes=nodes, sim=sim, image=image, hardware=hardware,
@@ -262,52 +263,15 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    verl_job = plan.job is not None and jobs_mod.is_verl(list(plan.job.argv)) and not no_validate
-
-    def before(nodes):
-        if verl_job:
-            tree = _verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
-            if tree is not None:
-                _report(validate_mod.check(tree, list(plan.job.argv), len(plan.nodes), min(n.npus for n in plan.nodes)), tree)
-                echo(f"job overrides valid against {tree.origin}")
-        if not no_doctor:
-            checks, took = doctor_mod.run_checks(plan, plan.driver_min, plan.device_counts, nodes, replace)
-            bad = [c for c in checks if not c.ok]
-            for c in bad[:-1]:
-                err.print(f"rlbox: ✗ {c.line()}", markup=False)
-            if bad:
-                raise RlboxError(f"pre-flight: {bad[-1].line()}  ({len(bad)} failed check(s); nothing was started; "
-                                 "`rlbox doctor` shows all, --no-doctor skips)")
-            echo(f"pre-flight: {len(checks)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
+    before = launch.checks_before_start(plan, verl_version=verl_version, verl_config=verl_config,
+                                        run_validate=not no_validate, run_doctor=not no_doctor, replace=replace,
+                                        echo=echo, warn=lambda line: err.print(f"rlbox: {line}", markup=False))
 
     outcome = runner.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
                              detach=detach, keep=keep, before=before)
     if outcome.exit_code:
         raise RlboxError(f"job of run '{name}' {outcome.status} with exit code {outcome.exit_code}; log: {outcome.log_path}",
                          exit_code=outcome.exit_code)
-
-
-def _verl_tree(verl_version, verl_config, client, image, echo=None):
-    """Where the verl config comes from: an explicit folder or version, else the image's verl
-    (None, with a notice, when the image has none, as the simulation image)."""
-    if verl_config:
-        return validate_mod.from_folder(verl_config)
-    if verl_version:
-        return validate_mod.from_wheel(verl_version)
-    try:
-        return validate_mod.from_image(client, image)
-    except RlboxError as err:
-        if "has no verl" in str(err) and echo:
-            echo(f"not validated: {err}")
-            return None
-        raise
-
-
-def _report(problems, tree) -> None:
-    if problems:
-        for p in problems[:-1]:
-            err.print(f"rlbox: invalid: {p}", markup=False)
-        raise RlboxError(f"invalid: {problems[-1]}  ({len(problems)} problem(s) against {tree.origin}; nothing was started)")
 
 
 @cli.command("validate")
@@ -343,7 +307,7 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
         raise RlboxError("validate: give a verl job (-- python3 -m verl.trainer.main_ppo ... or --recipe NAME)")
     tree = None
     if verl_config or verl_version:
-        tree = _verl_tree(verl_version, verl_config, None, None)
+        tree = launch.verl_tree(verl_version, verl_config, None, None)
     else:
         m = matrix.load(find_root())
         ref = image or (m.for_hardware(rec.release, rec.hardware).ref if rec else None)
@@ -351,7 +315,8 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
             raise RlboxError("validate: say which verl: --image, --verl-version or --verl-config")
         target = m.get(ref).image if ":" in ref and ref.split(":")[0] in m.releases else ref
         tree = validate_mod.from_image(provenance.docker_client(), target)
-    _report(validate_mod.check(tree, list(plan.job.argv), len(plan.nodes), min(n.npus for n in plan.nodes)), tree)
+    launch.report(validate_mod.check(tree, list(plan.job.argv), len(plan.nodes), min(n.npus for n in plan.nodes)), tree,
+                  warn=lambda line: err.print(f"rlbox: {line}", markup=False))
     click.echo(f"valid: {plan.job.argv[2] if len(plan.job.argv) > 2 else ''} with {len(validate_mod.hydra_overrides(list(plan.job.argv)))} overrides "
                f"for {len(plan.nodes)} x {min(n.npus for n in plan.nodes)} NPUs against {tree.origin}")
 

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import cluster, hosts, jobs, matrix, recipes, sim
+from . import cluster, hosts, jobs, matrix, recipes, sim, validate
 from .errors import RlboxError
 from .paths import find_root
 from .plan import NOFILE, JobPlan, Profile, RunPlan, plan_run
@@ -185,3 +185,57 @@ def _driver_for(m: matrix.Matrix, image: str) -> str | None:
         if v.image == image and v.release.driver.min != "none":
             return v.release.driver.min.lower()
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# What must pass on the connected nodes before anything starts.
+
+def verl_tree(verl_version, verl_config, client, image, echo=None):
+    """Where the verl config comes from: an explicit folder or version, else the image's verl
+    (None, with a notice, when the image has none, as the simulation image)."""
+    if verl_config:
+        return validate.from_folder(verl_config)
+    if verl_version:
+        return validate.from_wheel(verl_version)
+    try:
+        return validate.from_image(client, image)
+    except RlboxError as err:
+        if "has no verl" in str(err) and echo:
+            echo(f"not validated: {err}")
+            return None
+        raise
+
+
+def report(problems, tree, warn) -> None:
+    """All but the last problem as warnings, the last as the error (one line each)."""
+    if problems:
+        for p in problems[:-1]:
+            warn(f"invalid: {p}")
+        raise RlboxError(f"invalid: {problems[-1]}  ({len(problems)} problem(s) against {tree.origin}; nothing was started)")
+
+
+def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, run_validate=True, run_doctor=True,
+                        replace=False, echo=print, warn=print):
+    """The hook `run.execute` calls once the nodes are connected: the verl job's validation,
+    then `rlbox doctor`'s checks; either stops the run before any container starts."""
+    from . import doctor as doctor_mod
+
+    verl_job = plan.job is not None and jobs.is_verl(list(plan.job.argv)) and run_validate
+
+    def before(nodes):
+        if verl_job:
+            tree = verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
+            if tree is not None:
+                report(validate.check(tree, list(plan.job.argv), len(plan.nodes), min(n.npus for n in plan.nodes)), tree, warn)
+                echo(f"job overrides valid against {tree.origin}")
+        if run_doctor:
+            checks, took = doctor_mod.run_checks(plan, plan.driver_min, plan.device_counts, nodes, replace)
+            bad = [c for c in checks if not c.ok]
+            for c in bad[:-1]:
+                warn(f"✗ {c.line()}")
+            if bad:
+                raise RlboxError(f"pre-flight: {bad[-1].line()}  ({len(bad)} failed check(s); nothing was started; "
+                                 "`rlbox doctor` shows all, --no-doctor skips)")
+            echo(f"pre-flight: {len(checks)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
+
+    return before
