@@ -116,14 +116,23 @@ def test_cli_validate_and_run_stop_before_any_container(verl050, tmp_path):
     assert proc.returncode == 2 and "did you mean trainer.device?" in proc.stderr
 
 
+SEED_TYPOS = [
+    (MAIN_PPO, "tainer.device=npu", "tainer.device: unknown key in ppo_trainer; did you mean trainer.device?"),
+    (MAIN_PPO, "actor_rolloput_ref.rollout.n=5",
+     "actor_rolloput_ref.rollout.n: unknown key in ppo_trainer; did you mean actor_rollout_ref.rollout.n?"),
+    (DAPO, "alogorithm.filter_groups.enable=True",
+     "alogorithm.filter_groups.enable: unknown key in dapo_trainer; did you mean algorithm.filter_groups.enable?"),
+]
+
+
 @pytest.mark.engine
-def test_run_with_a_seed_typo_starts_nothing(engine, sim_image, tmp_path):
+@pytest.mark.parametrize("entry,typo,expected", SEED_TYPOS, ids=[t[1].split("=")[0] for t in SEED_TYPOS])
+def test_run_with_a_seed_typo_starts_nothing(engine, sim_image, tmp_path, verl_source, entry, typo, expected):
     runs = tmp_path / "runs"
-    proc = rlbox("run", "--sim", "--nodes", "2", "--name", "t-typo", "--runs-dir", runs, "--verl-version", "0.5.0",
-                 "--", *MAIN_PPO, "actor_rolloput_ref.rollout.n=5", "trainer.device=npu")
+    proc = rlbox("run", "--sim", "--nodes", "2", "--name", "t-typo", "--runs-dir", runs, "--verl-config", verl_source.root,
+                 "--", *entry, typo, "trainer.device=npu")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith(
-        "rlbox: error: invalid: actor_rolloput_ref.rollout.n: unknown key in ppo_trainer; did you mean actor_rollout_ref.rollout.n?")
+    assert expected in proc.stderr
     assert "nothing was started" in proc.stderr
     assert docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.run=t-typo"}) == []
     assert not (runs / "t-typo" / "state.json").exists()

@@ -128,10 +128,13 @@ def _checks(view: HostView, plan: RunPlan, driver_min: str | None, device_counts
 
     # Driver
     version = view.driver_version()
+    driver_max = plan.driver_max
     if driver_min and driver_min != "none":
         ok = version is not None and _version_key(version) >= _version_key(driver_min)
-        add("driver", ok, f"version.info {version or 'missing'}; the image's CANN needs >= {driver_min}",
-            f"upgrade the Ascend driver (HDK) to {driver_min} or later, or use an image built for this driver")
+        too_new = ok and driver_max is not None and _version_key(version) > _version_key(driver_max)
+        bounds = f">= {driver_min}" + (f" and <= {driver_max}" if driver_max else "")
+        add("driver", ok and not too_new, f"version.info {version or 'missing'}; the image's CANN needs {bounds}",
+            f"install an Ascend driver (HDK) {bounds}, or use an image built for this driver")
     else:
         add("driver", version is not None, f"version.info {version or 'missing'}", "install the Ascend driver")
 

@@ -160,7 +160,8 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
                     sim_files=sim_files, network=network, privileged=req.privileged, job=job,
                     extra_env=env, cpus=req.cpus, nofile={h.name: _nofile(h, req.nofile) for h in spec.hosts},
-                    sim_driver=sim_driver, driver_min=_driver_for(m, image) or (sim_driver if req.sim else None))
+                    sim_driver=sim_driver, driver_min=_driver_for(m, image) or (sim_driver if req.sim else None),
+                    driver_max=_driver_for(m, image, "max"))
     if req.sim and hardware not in sim.CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
     return plan, run_dir
@@ -180,10 +181,12 @@ def _nofile(host: cluster.Host, asked: int | None) -> int:
     return NOFILE
 
 
-def _driver_for(m: matrix.Matrix, image: str) -> str | None:
+def _driver_for(m: matrix.Matrix, image: str, bound: str = "min") -> str | None:
+    """The driver bound (min or max) the matrix records for an image it builds."""
     for v in m.variants:
-        if v.image == image and v.release.driver.min != "none":
-            return v.release.driver.min.lower()
+        value = getattr(v.release.driver, bound)
+        if v.image == image and value and value != "none":
+            return value.lower()
     return None
 
 

@@ -100,6 +100,7 @@ class Cann(_Strict):
 
 class Driver(_Strict):
     min: str = Field(description="oldest Ascend HDK driver the CANN version supports")
+    max: str | None = Field(None, description="newest driver known to work, when Ascend's table gives one")
 
 
 class ImageName(_Strict):
@@ -370,6 +371,7 @@ class ResolvedVariant:
             "python": rel.python,
             "cann": rel.cann.version,
             "driver_min": rel.driver.min,
+            "driver_max": rel.driver.max,
             "dockerfile": str(self.dockerfile),
             "components": {c.name: c.as_dict() for c in self.components},
             "patches": [{"name": p.ref, "sha256": p.sha256} for p in self.patches],

@@ -271,6 +271,7 @@ class RunPlan:
     sim_driver: str = "25.3.rc1"
     notes: tuple[str, ...] = field(default_factory=tuple)
     driver_min: str | None = None  # what the image's CANN needs from the host (doctor)
+    driver_max: str | None = None
     device_counts: tuple[int, ...] = ()  # NPU counts hosts of this hardware come with
 
     @property
@@ -434,6 +435,7 @@ def plan_run(
     nofile: dict[str, int] | None = None,
     sim_driver: str = "25.3.rc1",
     driver_min: str | None = None,
+    driver_max: str | None = None,
 ) -> RunPlan:
     """Plan every node. ``devices`` maps host name -> NPU count (detected or from the profile);
     ``nofile`` host name -> open-files limit (default 65536)."""
@@ -465,5 +467,5 @@ def plan_run(
     if len(counts) > 1:
         notes.append("nodes differ in NPU count; verl's trainer.n_gpus_per_node assumes equal nodes")
     return RunPlan(run, run_id, image, profile.name, network is not None, head, ports, tuple(nodes),
-                   network, job, sim_files, sim_driver, tuple(notes), driver_min,
+                   network, job, sim_files, sim_driver, tuple(notes), driver_min, driver_max,
                    profile.device_counts or (profile.npus_per_node,))
