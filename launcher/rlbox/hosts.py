@@ -62,7 +62,13 @@ class Tunnel:
 
 def _open_tunnel(host: Host, forward: str, ready, local: str, workdir=None, timeout: float = 20) -> Tunnel:
     argv = [*ssh_base(host), "-N", "-o", "ExitOnForwardFailure=yes", "-L", forward, ssh_target(host)]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:  # its own session: a Ctrl-C at the terminal must not kill the tunnel teardown needs
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    except OSError as err:
+        if workdir is not None:
+            workdir.cleanup()
+        raise RlboxError(f"{host.name}: cannot run ssh ({err.strerror}); install openssh-client") from None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -150,15 +156,19 @@ def connect(host: Host) -> Node:
 
 
 def on_every(fn, items) -> tuple[list, list[RlboxError]]:
-    """``fn`` on every item at once (one thread each); results in order, and the RlboxErrors."""
+    """``fn`` on every item at once (one thread each); results in order, and the errors, each
+    an RlboxError (an unexpected exception becomes one, so no thread's failure is lost)."""
     with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
         futures = [pool.submit(fn, item) for item in items]
     results, errors = [], []
-    for f in futures:
+    for item, f in zip(items, futures):
         try:
             results.append(f.result())
         except RlboxError as err:
             errors.append(err)
+        except Exception as err:  # noqa: BLE001
+            name = getattr(getattr(item, "host", None), "name", None) or getattr(item, "name", None) or str(item)
+            errors.append(RlboxError(f"{name}: {type(err).__name__}: {' '.join(str(err).split())[:200]}"))
     return results, errors
 
 

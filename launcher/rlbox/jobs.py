@@ -18,7 +18,6 @@ from .plan import JobPlan
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 _VERL_MODULE = re.compile(r"^(verl\.|recipe\.)")
-_CLUSTER_KEYS = ("trainer.nnodes", "trainer.n_gpus_per_node")
 
 # The built-in cluster check (`rlbox run --smoke-test`): one placement group bundle per node
 # holding all its NPUs, as verl's resource pools do; each bundle's task reports what it sees.
@@ -34,17 +33,19 @@ pg = placement_group([{"NPU": k, "CPU": 0.01} for k in per_node], strategy="STRI
 ray.get(pg.ready(), timeout=120)
 keys = ("ASCEND_RT_VISIBLE_DEVICES", "HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "HCCL_IF_IP", "RLBOX_NODE")
 @ray.remote(num_cpus=0.01)
-def probe():
-    import os, socket
+def probe(npus):
+    import os
     out = {k: os.environ.get(k) for k in keys}
+    out["npus"] = npus
     out["ip"] = ray.util.get_node_ip_address()
     out["davinci"] = sorted(d for d in os.listdir("/dev") if d.startswith("davinci") and d[7:].isdigit())
     return out
-refs = [probe.options(resources={"NPU": k}, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)).remote()
+refs = [probe.options(resources={"NPU": k}, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)).remote(k)
         for i, k in enumerate(per_node)]
 seen = sorted(ray.get(refs), key=lambda r: int(r["RLBOX_NODE"] or 0))
 ok = True
-for r, k in zip(seen, per_node):
+for r in seen:
+    k = r["npus"]
     visible = (r["ASCEND_RT_VISIBLE_DEVICES"] or "").split(",")
     good = len(visible) == k and len(r["davinci"]) >= k and r["HCCL_SOCKET_IFNAME"] and r["HCCL_IF_IP"] == r["ip"]
     ok = ok and bool(good)
@@ -116,6 +117,10 @@ def smoke_job(*, run: str, run_id: str) -> JobPlan:
 
 
 # ---------------------------------------------------------------------------------------------
+class LostContact(RlboxError):
+    """The dashboard stopped answering while a job was followed (the job may well go on)."""
+
+
 @dataclass
 class JobsClient:
     """Ray Jobs REST API on the head's dashboard."""
@@ -130,24 +135,41 @@ class JobsClient:
             raise RlboxError(f"Ray dashboard {self.base} not reachable ({type(err).__name__})") from None
         return resp
 
-    def submit(self, job: JobPlan) -> str:
-        resp = self._call("POST", "/api/jobs/", json=job.as_dict())
-        if resp.status_code != 200:
-            raise RlboxError(f"job submission refused by {self.base}: {resp.status_code} {resp.text[:300]}")
-        return resp.json()["submission_id"]
+    def submit(self, job: JobPlan, patience: float = 60.0) -> str:
+        """Submit; while the head's job agent is still registering (a 5xx right after the nodes
+        joined: "No available agent to submit job"), retry for up to ``patience`` seconds."""
+        deadline = time.monotonic() + patience
+        while True:
+            resp = self._call("POST", "/api/jobs/", json=job.as_dict())
+            if resp.status_code == 200:
+                try:
+                    return resp.json()["submission_id"]
+                except (ValueError, KeyError):
+                    raise RlboxError(f"job submission to {self.base}: unexpected answer {resp.text[:200]!r}") from None
+            if resp.status_code < 500 or time.monotonic() >= deadline:
+                last = (resp.text.strip().splitlines() or [""])[-1][:300]
+                raise RlboxError(f"job submission refused by {self.base}: {resp.status_code} {last}")
+            time.sleep(0.5)
 
     def info(self, submission_id: str) -> dict:
         resp = self._call("GET", f"/api/jobs/{submission_id}")
         if resp.status_code == 404:
             raise RlboxError(f"job {submission_id} is not known to {self.base}")
-        resp.raise_for_status()
-        return resp.json()
+        if resp.status_code != 200:
+            raise RlboxError(f"Ray dashboard {self.base} answered {resp.status_code} for job {submission_id}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise RlboxError(f"Ray dashboard {self.base} sent no JSON for job {submission_id}") from None
 
     def logs(self, submission_id: str) -> str:
         resp = self._call("GET", f"/api/jobs/{submission_id}/logs")
         if resp.status_code != 200:
             return ""
-        return resp.json().get("logs", "")
+        try:
+            return resp.json().get("logs", "")
+        except ValueError:
+            return ""
 
     def stop(self, submission_id: str) -> None:
         self._call("POST", f"/api/jobs/{submission_id}/stop")
@@ -161,20 +183,31 @@ class JobsClient:
                 return info
         raise AssertionError("unreachable")
 
-    def _chunks(self, submission_id: str, poll: float) -> Iterator[tuple[str, dict | None]]:
+    def _chunks(self, submission_id: str, poll: float, patience: float = 120.0) -> Iterator[tuple[str, dict | None]]:
+        """New log text and, at the end, the final info. The Jobs API returns the whole log each
+        time, so polling slows down as the log grows. A dashboard that stops answering is
+        retried for ``patience`` seconds, then LostContact (the job itself may be fine)."""
         shown = 0
+        failing_since = None
         while True:
-            info = self.info(submission_id)
-            text = self.logs(submission_id)
+            try:
+                info = self.info(submission_id)
+                text = self.logs(submission_id)
+            except RlboxError as err:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > patience:
+                    raise LostContact(f"lost contact with the job for {patience:.0f} s ({err})") from None
+                time.sleep(min(5.0, poll * 4))
+                continue
+            failing_since = None
             if len(text) > shown:
                 yield text[shown:], None
                 shown = len(text)
             if info.get("status") in TERMINAL:
                 time.sleep(poll)  # the last lines reach the log shortly after the status
-                text = self.logs(submission_id)
-                yield text[shown:], info
+                yield self.logs(submission_id)[shown:], info
                 return
-            time.sleep(poll)
+            time.sleep(poll if shown < 1 << 20 else min(10.0, poll * (shown >> 20)))
 
 
 def exit_code(info: dict) -> int:

@@ -56,12 +56,12 @@ class Cluster:
     nodes: list[Node]
     echo: Echo
     dashboard: str | None = None
-    network_made: bool = False
     _torn_down: bool = field(default=False, repr=False)
 
     # -- bring-up -------------------------------------------------------------------------
     def preflight(self, replace: bool) -> None:
-        """Image present everywhere; no live run of the same name (or remove it with --replace)."""
+        """Image present everywhere; no live run of the same name (unless --replace, in which
+        case it is removed later, by `clear`, once every check has passed)."""
         from docker.errors import ImageNotFound
 
         def check(pair):
@@ -71,32 +71,25 @@ class Cluster:
             except ImageNotFound:
                 hint = "build it with `rlbox build rlbox_sim:<arch>`" if self.plan.sim else "pull it (docker pull) or build it (rlbox build)"
                 raise RlboxError(f"{node_plan.host.name}: image {self.plan.image} is not present; {hint}") from None
-            stale = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.plan.run}"})
-            live = [c for c in stale if c.status in ("running", "restarting", "created", "paused")]
+            boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.plan.run}"})
+            live = [c for c in boxes if c.status in ("running", "restarting", "created", "paused")]
             if live and not replace:
                 raise RlboxError(
                     f"{node_plan.host.name}: run '{self.plan.run}' is already live ({live[0].name}); "
                     "stop it (rlbox stop --name ...), pick another --name, or pass --replace"
                 )
-            for c in stale:
-                c.remove(force=True)
 
         _, errors = on_every(check, list(zip(self.plan.nodes, self.nodes)))
         if errors:
             raise errors[0]
-        if self.plan.network:
-            client = self.nodes[0].client
-            for net in client.networks.list(names=[self.plan.network.name]):
-                net.remove()
+
+    def clear(self) -> None:
+        """Remove what an earlier run of this name left (exited, or live under --replace)."""
+        remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None)
 
     def start(self) -> None:
         if self.plan.network:
-            made = sim.create_network(self.nodes[0].client, self.plan.network, self.plan.run)
-            self.network_made = True
-            if made != self.plan.network:
-                raise RlboxError(
-                    f"simulation subnet {self.plan.network.subnet} is taken; free it or use another --name"
-                )
+            sim.create_network(self.nodes[0].client, self.plan.network, self.plan.run)
 
         def start_one(pair):
             node_plan, node = pair
@@ -160,7 +153,11 @@ def remove_run(nodes: list[Node], run: str, network: str | None) -> int:
     """Remove every container labelled with this run on every node, then the sim network."""
 
     def remove(node: Node) -> set[str]:
-        boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"})
+        try:
+            boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"})
+        except Exception as err:  # noqa: BLE001 - an engine gone away: say which, go on with the others
+            raise RlboxError(f"{node.host.name}: cannot list run {run}'s containers ({_docker_reason(err)}); "
+                             f"rerun `rlbox stop --name {run}`") from None
         for box in boxes:
             try:
                 box.remove(force=True)
@@ -168,13 +165,17 @@ def remove_run(nodes: list[Node], run: str, network: str | None) -> int:
                 pass
         return {box.id for box in boxes}
 
-    results, _ = on_every(remove, nodes)
+    results, errors = on_every(remove, nodes)
     removed = len(set().union(*results))
+    if errors:
+        raise errors[0]
     if network and nodes:
         for net in nodes[0].client.networks.list(names=[network]):
+            if net.name != network:  # the engine matches names by substring
+                continue
             try:
                 net.remove()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - still in use: removed with its last container
                 pass
     return removed
 
@@ -225,6 +226,7 @@ def execute(
             sim.write_hosts(plan)
         if before is not None:  # checks that need the engines but must pass before anything starts
             before(nodes)
+        cluster.clear()  # only now: a failed check leaves a --replace'd run alone
         cleanup = True
         write_state(state, plan, phase="starting")
         cluster.start()
@@ -249,7 +251,12 @@ def execute(
                 log.write(text)
                 log.flush()
                 emit(text)
-            info = client.follow(submission, both)
+            try:
+                info = client.follow(submission, both)
+            except jobs.LostContact as lost:
+                cleanup = False
+                raise RlboxError(f"{lost}; the cluster is left running: follow with `rlbox logs -f --name {plan.run}`, "
+                                 f"end with `rlbox stop --name {plan.run}`") from None
         code = jobs.exit_code(info)
         status = info.get("status", "UNKNOWN")
         echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))

@@ -107,28 +107,25 @@ def write_hosts(plan) -> None:
 
 
 def network_for(run: str) -> SimNetwork:
-    """A /24 in 172.30.0.0/16 chosen by the run's name; `create_network` steps past taken ones."""
+    """A /24 in 172.30.0.0/16 chosen by the run's name."""
     k = int(hashlib.sha256(run.encode()).hexdigest(), 16) % 256
     return SimNetwork(f"rlbox-{run}", f"172.30.{k}.0/24")
 
 
-def create_network(client, net: SimNetwork, run: str) -> SimNetwork:
-    """Create the run's network, moving to the next free /24 if the planned one overlaps."""
+def create_network(client, net: SimNetwork, run: str) -> None:
+    """Create the run's network on the planned subnet (node addresses are part of the plan)."""
     import docker
     from docker.errors import APIError
 
-    first = int(net.subnet.split(".")[2])
-    for step in range(256):
-        candidate = SimNetwork(net.name, f"172.30.{(first + step) % 256}.0/24")
-        try:
-            client.networks.create(
-                net.name, driver="bridge",
-                ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=candidate.subnet)]),
-                labels={LABEL_MANAGED: "true", LABEL_RUN: run},
-            )
-            return candidate
-        except APIError as err:
-            if "overlap" in str(err).lower():
-                continue
-            raise RlboxError(f"cannot create the simulation network {net.name}: {err.explanation or err}") from None
-    raise RlboxError("no free /24 in 172.30.0.0/16 for the simulation network; remove unused Docker networks")
+    try:
+        client.networks.create(
+            net.name, driver="bridge",
+            ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=net.subnet)]),
+            labels={LABEL_MANAGED: "true", LABEL_RUN: run},
+        )
+    except APIError as err:
+        reason = " ".join(str(err.explanation or err).split())
+        if "overlap" in reason.lower():
+            raise RlboxError(f"simulation subnet {net.subnet} overlaps another Docker network; "
+                             "remove that network or pick another --name (the subnet follows the name)") from None
+        raise RlboxError(f"cannot create the simulation network {net.name}: {reason}") from None
