@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 import subprocess
 import sys
 import time
@@ -122,11 +123,13 @@ def test_missing_image_and_missing_device_are_clear_and_leave_nothing(runs, sim_
     assert proc.returncode == 2
     assert "pre-flight: " in proc.stderr and "✗ devices: 0 /dev/davinci* (plan: 8; a2 hosts have 8/16)" in proc.stderr
     assert leftovers("t-dev") == []
-    # ...and without it, the engine's refusal becomes the same kind of one line, nothing left behind.
+    # ...and without it, the engine's refusal (this machine has no driver either: bind mounts are
+    # never created on the host) becomes the same kind of one line, nothing left behind.
     proc = rlbox("run", "--hosts", "localhost", "--image", sim_image, "--hardware", "a2", "--devices", "8",
                  "--name", "t-dev", "--runs-dir", runs, "--smoke-test", "--no-doctor")
     assert proc.returncode == 2
-    assert "localhost: /dev/davinci0 does not exist on the host" in proc.stderr
+    assert "localhost: /usr/local/Ascend/driver does not exist on the host; install the Ascend driver" in proc.stderr
+    assert not Path("/usr/local/Ascend/driver").exists()
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
     assert leftovers("t-dev") == []
 

@@ -89,9 +89,19 @@ def test_hostile_paths_are_quoted_and_never_reach_a_shell():
     line = shlex.join(c.docker_run())
     assert shlex.split(line) == c.docker_run()  # the printed command is exactly the argv
     assert f"{evil}:/models:ro" in c.docker_run()
-    assert c.docker_py()["volumes"][evil] == {"bind": "/models", "mode": "ro"}
+    mount = next(m for m in c.docker_py()["mounts"] if m["Target"] == "/models")
+    assert (mount["Source"], mount["ReadOnly"], mount["Type"]) == (evil, True, "bind")
     assert c.command[:2] == ("bash", "-c") and c.command[2] == plan.NODE_SCRIPT  # constant script
     assert evil not in " ".join(c.command)
+
+
+def test_head_names_resolve_and_loopback_heads_are_refused():
+    assert make(hosts="localhost").head == "127.0.0.1"
+    with pytest.raises(RlboxError, match="the head localhost resolves to 127.0.0.1, which other nodes cannot reach"):
+        make(hosts="localhost,10.0.0.2")
+    with pytest.raises(RlboxError, match="two mounts target /models"):
+        spec = cluster.ClusterSpec((cluster.Host("10.0.0.1"),), mounts=(cluster.Mount("/a", "/models"), cluster.Mount("/b", "/models")))
+        plan.plan_run(spec, run="t", run_id="x", image="i", profile=PROFILES["a2"], devices={})
 
 
 def test_simulation_differs_only_in_devices_driver_files_and_network():

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__, build, matrix, provenance, render
+from . import cluster as cluster_mod
 from . import doctor as doctor_mod
 from . import jobs as jobs_mod
 from . import recipes as recipes_mod
@@ -295,13 +296,18 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
     ulysses SP divides the NPU count, train_batch_size divisible by ppo_mini_batch_size,
     ppo_max_token_len_per_gpu holds one sequence, trainer.device=npu, filter_groups only with DAPO.
     """
-    from . import launch, matrix
-    from .paths import find_root
+    from . import launch
 
     rec = recipes_mod.load(recipe) if recipe else None
-    req = launch.RunRequest(hosts=hosts, cluster_file=cluster_file, nodes=nodes or (None if hosts or cluster_file else (rec.nodes if rec else 1)),
-                            sim=not (hosts or cluster_file), hardware=hardware or (rec.hardware if rec else None), devices=devices,
-                            recipe=recipe, params=list(params), sets=list(sets), command=list(command), dry_run=True)
+    # Only the shape of the cluster matters here: plan it as a simulation of that many nodes.
+    if hosts or cluster_file:
+        spec = cluster_mod.from_hosts(hosts) if hosts else cluster_mod.from_file(cluster_file)
+        cluster_mod.agree(spec, nodes)
+        nodes = spec.nodes
+    req = launch.RunRequest(nodes=nodes or (rec.nodes if rec else 1), sim=True,
+                            hardware=hardware if hardware not in (None, "auto") else (rec.hardware if rec else None),
+                            devices=devices, recipe=recipe, params=list(params), sets=list(sets), command=list(command),
+                            dry_run=True)
     plan, _ = launch.prepare(req)
     if plan.job is None or not jobs_mod.is_verl(list(plan.job.argv)):
         raise RlboxError("validate: give a verl job (-- python3 -m verl.trainer.main_ppo ... or --recipe NAME)")
@@ -313,12 +319,12 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
         ref = image or (m.for_hardware(rec.release, rec.hardware).ref if rec else None)
         if not ref:
             raise RlboxError("validate: say which verl: --image, --verl-version or --verl-config")
-        target = m.get(ref).image if ":" in ref and ref.split(":")[0] in m.releases else ref
+        target, _ = m.image_for(ref)
         tree = validate_mod.from_image(provenance.docker_client(), target)
-    launch.report(validate_mod.check(tree, list(plan.job.argv), len(plan.nodes), min(n.npus for n in plan.nodes)), tree,
+    launch.report(validate_mod.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node), tree,
                   warn=lambda line: err.print(f"rlbox: {line}", markup=False))
     click.echo(f"valid: {plan.job.argv[2] if len(plan.job.argv) > 2 else ''} with {len(validate_mod.hydra_overrides(list(plan.job.argv)))} overrides "
-               f"for {len(plan.nodes)} x {min(n.npus for n in plan.nodes)} NPUs against {tree.origin}")
+               f"for {len(plan.nodes)} x {plan.npus_per_node} NPUs against {tree.origin}")
 
 
 def _state(runs_dir: Path, name: str) -> dict:
@@ -366,7 +372,7 @@ def doctor_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts
     plan, _ = launch.prepare(req)
     if plan.sim_files:
         sim_mod.write_hosts(plan)
-    checks, took = doctor_mod.run_checks(plan, plan.driver_min, plan.device_counts)
+    checks, took = doctor_mod.run_checks(plan)
     if as_json:
         click.echo(json.dumps({"checks": doctor_mod.as_json(checks), "seconds": round(took, 3)}, indent=2))
     else:
@@ -393,7 +399,8 @@ def status_cmd(name, runs_dir, as_json):
     rows = []
     try:
         for entry, node in zip(state["nodes"], nodes):
-            boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={name}", "name": entry["container"]})
+            boxes = [b for b in node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={name}"})
+                     if b.name == entry["container"]]
             rows.append({"node": entry["index"], "host": entry["host"], "role": entry["role"], "npus": entry["npus"],
                          "container": entry["container"], "state": boxes[0].status if boxes else "absent"})
         job = None

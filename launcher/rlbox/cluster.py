@@ -20,7 +20,6 @@ A hostfile is one host per line (``user@host:port`` allowed, ``#`` comments).
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import socket
 from dataclasses import dataclass
@@ -91,10 +90,6 @@ class Host:
         if self.ssh_user or self.ssh_port or self.identity_file:
             return False
         return self.name in LOCAL_NAMES or self.name == socket.gethostname()
-
-    @property
-    def label(self) -> str:
-        return self.name
 
 
 @dataclass(frozen=True)
@@ -241,12 +236,3 @@ def agree(spec: ClusterSpec, nodes: int | None) -> None:
             f"--nodes {nodes} disagrees with {spec.source}, which lists {spec.nodes} host(s): "
             f"{', '.join(h.name for h in spec.hosts)}"
         )
-
-
-def is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-        return True
-    except ValueError:
-        return False
-

@@ -91,10 +91,10 @@ class HostView:
         return fields.get("package_version") or fields.get("Version")
 
 
-def _checks(view: HostView, plan: RunPlan, driver_min: str | None, device_counts: tuple[int, ...],
-            replace: bool) -> list[Check]:
+def _checks(view: HostView, plan: RunPlan, replace: bool) -> list[Check]:
     node_plan = view.node_plan
-    label = f"node{node_plan.index} ({node_plan.host.name})"
+    label = node_plan.label
+    driver_min, device_counts = plan.driver_min, plan.device_counts
     out: list[Check] = []
 
     def add(name, ok, detail, fix=""):
@@ -234,15 +234,14 @@ def _df_kib(text: str, available: bool = False) -> int | None:
         return None
 
 
-def run_checks(plan: RunPlan, driver_min: str | None, device_counts: tuple[int, ...],
-               nodes: list[Node] | None = None, replace: bool = False) -> tuple[list[Check], float]:
+def run_checks(plan: RunPlan, nodes: list[Node] | None = None, replace: bool = False) -> tuple[list[Check], float]:
     """Every check on every node, in parallel. ``nodes`` reuses open connections."""
     start = time.perf_counter()
     opened = []
 
     def one(index: int) -> list[Check]:
         node_plan = plan.nodes[index]
-        label = f"node{node_plan.index} ({node_plan.host.name})"
+        label = node_plan.label
         node = nodes[index] if nodes else None
         if node is None:
             try:
@@ -252,7 +251,7 @@ def run_checks(plan: RunPlan, driver_min: str | None, device_counts: tuple[int, 
                 return [Check(label, "engine", False, str(err).split(": ", 1)[-1], "check the host, its ssh port and key, and dockerd")]
         stand_ins = Path(plan.sim_files) / node_plan.host.name if plan.sim_files else None
         try:
-            return _checks(HostView(node_plan, node, stand_ins), plan, driver_min, device_counts, replace)
+            return _checks(HostView(node_plan, node, stand_ins), plan, replace)
         except (OSError, subprocess.SubprocessError) as err:
             return [Check(label, "host", False, f"cannot inspect: {err}", "check ssh access to the host")]
 

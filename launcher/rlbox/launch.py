@@ -103,8 +103,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     if hardware == "auto":
         hardware = None
     if req.sim:
-        variant = m.get(image_ref) if image_ref and ":" in image_ref and "/" not in image_ref else None
-        image = variant.image if variant else (image_ref or m.get(f"rlbox_sim:{host_arch_variant()}").image)
+        image, _ = m.image_for(image_ref or f"rlbox_sim:{host_arch_variant()}")
         hardware = hardware or (recipe.hardware if recipe else None) or "a3"
     else:
         if not image_ref and recipe:
@@ -112,16 +111,13 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
             image_ref = m.for_hardware(recipe.release, hw).ref
         if not image_ref:
             raise RlboxError("--image: give RELEASE:VARIANT (see `rlbox images list`) or a full image reference")
-        if ":" in image_ref and "/" not in image_ref.split(":")[0] and image_ref.split(":")[0] in m.releases:
-            variant = m.get(image_ref)
-            image = variant.image
+        image, variant = m.image_for(image_ref)
+        if variant:
             if hardware and hardware != variant.hardware_name:
                 raise RlboxError(f"--hardware {hardware} disagrees with image {image_ref}, built for {variant.hardware_name}")
             hardware = variant.hardware_name
-        else:
-            image = image_ref
-            if not hardware:
-                raise RlboxError(f"--hardware: image {image_ref} is not from the matrix; say a2, a3 or ax")
+        elif not hardware:
+            raise RlboxError(f"--hardware: image {image_ref} is not from the matrix; say a2, a3 or ax")
     hw = m.hardware[hardware]
     profile = Profile(hardware, hw.npus_per_node, hw.npu_smi_chip, tuple(hw.device_counts))
 
@@ -146,7 +142,8 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
         sim_files = str(run_dir / "sim")
         network = sim.network_for(req.name)
     npus = min(devices.values())
-    sim_driver = req.sim_driver or _driver_for(m, image) or "25.3.rc1"
+    driver_min = _driver_for(m, image)
+    sim_driver = req.sim_driver or driver_min or "25.3.rc1"
     env = tuple(_pairs(req.env, "--env").items())
     job: JobPlan | None = None
     if req.smoke_test:
@@ -160,7 +157,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
                     sim_files=sim_files, network=network, privileged=req.privileged, job=job,
                     extra_env=env, cpus=req.cpus, nofile={h.name: _nofile(h, req.nofile) for h in spec.hosts},
-                    sim_driver=sim_driver, driver_min=_driver_for(m, image) or (sim_driver if req.sim else None),
+                    sim_driver=sim_driver, driver_min=driver_min or (sim_driver if req.sim else None),
                     driver_max=_driver_for(m, image, "max"))
     if req.sim and hardware not in sim.CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
@@ -229,10 +226,10 @@ def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, r
         if verl_job:
             tree = verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
             if tree is not None:
-                report(validate.check(tree, list(plan.job.argv), len(plan.nodes), min(n.npus for n in plan.nodes)), tree, warn)
+                report(validate.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node), tree, warn)
                 echo(f"job overrides valid against {tree.origin}")
         if run_doctor:
-            checks, took = doctor_mod.run_checks(plan, plan.driver_min, plan.device_counts, nodes, replace)
+            checks, took = doctor_mod.run_checks(plan, nodes, replace)
             bad = [c for c in checks if not c.ok]
             for c in bad[:-1]:
                 warn(f"✗ {c.line()}")

@@ -400,6 +400,14 @@ class Matrix:
         hint = _did_you_mean(variant, names)
         raise RlboxError(f"release {release} has no variant '{variant}'{hint}; it has: {', '.join(names)}")
 
+    def image_for(self, ref: str) -> tuple[str, ResolvedVariant | None]:
+        """An image for ``ref``: RELEASE:VARIANT of this matrix, or any other image reference."""
+        release, sep, _ = ref.partition(":")
+        if sep and "/" not in release and release in self.releases:
+            variant = self.get(ref)
+            return variant.image, variant
+        return ref, None
+
     def for_hardware(self, release: str, hardware: str) -> ResolvedVariant:
         for v in self.variants:
             if v.release.release == release and v.hardware_name == hardware:

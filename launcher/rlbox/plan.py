@@ -187,6 +187,7 @@ class ContainerSpec:
 
     def docker_py(self) -> dict[str, Any]:
         """Arguments for ``client.containers.create`` meaning exactly what docker_run says."""
+        from docker.types import Mount as DockerMount
         from docker.types import Ulimit
 
         kwargs: dict[str, Any] = {
@@ -197,7 +198,7 @@ class ContainerSpec:
             "ipc_mode": self.ipc,
             "privileged": self.privileged,
             "devices": [f"{src}:{dst}:rwm" for src, dst in self.devices],
-            "volumes": {m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in self.mounts},
+            "mounts": [DockerMount(m.target, m.source, type="bind", read_only=m.read_only) for m in self.mounts],
             "environment": dict(self.env),
             "labels": dict(self.labels),
             "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, s, h in self.ulimits],
@@ -278,6 +279,11 @@ class RunPlan:
     def total_npus(self) -> int:
         return sum(n.npus for n in self.nodes)
 
+    @property
+    def npus_per_node(self) -> int:
+        """What every node can give (verl's trainer.n_gpus_per_node assumes equal nodes)."""
+        return min(n.npus for n in self.nodes)
+
     def describe(self) -> str:
         """What --dry-run prints: per node the exact docker run and Ray command, then the job."""
         lines = [
@@ -331,6 +337,22 @@ class RunPlan:
             ],
             "job": self.job.as_dict() if self.job else None,
         }
+
+
+def resolve(name: str) -> str:
+    """An IPv4 address for a host name (the node script routes to it with `ip route get`)."""
+    if name in ("local", "localhost"):
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    import socket
+
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        raise RlboxError(f"{name}: cannot resolve the head's address here; give an IP or `address:` in the cluster YAML") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,9 +467,12 @@ def plan_run(
     if network:
         head = network.address(0)
     else:
-        head = head_host.address or head_host.name
-        if head_host.local and head in ("localhost", "local"):
-            head = "127.0.0.1"
+        head = resolve(head_host.address or head_host.name)
+        if ipaddress.ip_address(head).is_loopback and len(spec.hosts) > 1:
+            raise RlboxError(
+                f"the head {head_host.name} resolves to {head}, which other nodes cannot reach; "
+                "name it by its cluster address (or give `address:` in the cluster YAML)"
+            )
     ports = ports_for(run)
     nodes = []
     for index, host in enumerate(spec.hosts):
@@ -461,6 +486,10 @@ def plan_run(
             privileged=privileged, extra_env=extra_env, cpus=cpus,
             nofile=(nofile or {}).get(host.name, NOFILE),
         )
+        targets = [m.target for m in container.mounts]
+        dup = next((t for t in targets if targets.count(t) > 1), None)
+        if dup:
+            raise RlboxError(f"{host.name}: two mounts target {dup}; keep one (--mount, mounts:, or a host's mounts:)")
         nodes.append(NodePlan(index, role, host, npus, container, tuple(ray)))
     counts = {n.npus for n in nodes}
     notes = []

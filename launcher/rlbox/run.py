@@ -43,8 +43,10 @@ def _start_error(node: NodePlan, err: Exception) -> RlboxError:
             f"{node.host.name}: the engine refuses ulimit nofile={limits.get('nofile')}: its own hard limit is lower; "
             "pass --nofile N (at most the host's `ulimit -Hn`)"
         )
-    if "bind source path does not exist" in reason or "invalid mount config" in reason:
-        return RlboxError(f"{node.host.name}: a mount source is missing on the host ({reason})")
+    if "bind source path does not exist" in reason:
+        path = reason.rsplit("does not exist:", 1)[-1].strip()
+        return RlboxError(f"{node.host.name}: {path} does not exist on the host; install the Ascend driver there, "
+                          "or fix the --mount / mounts: entry")
     return RlboxError(f"{node.host.name}: cannot start {node.container.name}: {reason}")
 
 
@@ -124,10 +126,10 @@ class Cluster:
             try:
                 box = node.client.containers.get(node_plan.container.name)
             except Exception:  # noqa: BLE001
-                return f"node{node_plan.index} ({node_plan.host.name}) container is gone"
+                return f"{node_plan.label} container is gone"
             if box.status in ("exited", "dead"):
                 tail = box.logs(tail=3).decode(errors="replace").strip().splitlines()
-                return f"node{node_plan.index} ({node_plan.host.name}) exited: {tail[-1] if tail else 'no output'}"
+                return f"{node_plan.label} exited: {tail[-1] if tail else 'no output'}"
         return None
 
     def wait_ready(self, timeout: float) -> None:

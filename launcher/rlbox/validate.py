@@ -70,6 +70,9 @@ def from_wheel(version: str) -> VerlTree:
             for name in wheel.namelist():
                 if name.startswith(("verl/trainer/", "recipe/")) and name.endswith((".yaml", ".py")):
                     wheel.extract(name, partial)
+        if not (partial / "verl" / "trainer" / "config").is_dir():
+            shutil.rmtree(partial, ignore_errors=True)
+            raise RlboxError(f"--verl-version {version}: that wheel has no verl/trainer/config")
         shutil.rmtree(dest, ignore_errors=True)
         partial.rename(dest)
     return VerlTree(dest, f"verl {version} wheel")
@@ -81,7 +84,7 @@ _FIND_VERL = ("import importlib.util as u, os; s = u.find_spec('verl'); "
 
 def from_image(client, image: str) -> VerlTree:
     """The config tree of the verl inside ``image``, extracted once per image id."""
-    from docker.errors import APIError, ImageNotFound, NotFound
+    from docker.errors import APIError, ContainerError, ImageNotFound, NotFound
 
     try:
         img = client.images.get(image)
@@ -90,9 +93,10 @@ def from_image(client, image: str) -> VerlTree:
     dest = CACHE / "verl" / f"image-{img.id.split(':')[-1][:16]}"
     if (dest / "verl" / "trainer" / "config").is_dir():
         return VerlTree(dest, f"verl in {image}")
-    try:
-        out = client.containers.run(image, ["python3", "-c", _FIND_VERL], entrypoint=["/usr/local/bin/rlbox-entrypoint"]
-                                    if _has_entrypoint(img) else None, remove=True, network_mode="none")
+    try:  # through the image's own entrypoint: it activates the environment python3 lives in
+        out = client.containers.run(image, ["python3", "-c", _FIND_VERL], remove=True, network_mode="none")
+    except ContainerError as err:
+        raise RlboxError(f"cannot look for verl in {image}: python3 failed ({' '.join(str(err).split())[:160]})") from None
     except APIError as err:
         raise RlboxError(f"cannot look for verl in {image}: {err.explanation or err}") from None
     root = out.decode().strip().splitlines()[-1] if out.strip() else ""
@@ -119,10 +123,6 @@ def from_image(client, image: str) -> VerlTree:
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
     return VerlTree(dest, f"verl in {image}")
-
-
-def _has_entrypoint(img) -> bool:
-    return (img.attrs.get("Config", {}).get("Entrypoint") or []) == ["/usr/local/bin/rlbox-entrypoint"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,7 +264,10 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
         parsed = _parse_overrides(overrides)
     except HydraException as err:
         return [Problem(("overrides",), str(err).splitlines()[0])]
-    base = compose(entry, [o for o in overrides if "/" in o.split("=", 1)[0]])  # config groups first
+    try:
+        base = compose(entry, [o for o in overrides if "/" in o.split("=", 1)[0]])  # config groups first
+    except (HydraException, OmegaConfBaseException) as err:
+        return [Problem(("config groups",), " ".join(str(err).split())[:300])]
     known = _keys(base)
     dapo = entry.module.startswith("recipe.dapo")
     good = []
