@@ -1,6 +1,9 @@
 # rlbox developer and CI entry points. `make help` lists them.
-PYTHON ?= python3
-RLBOX  ?= $(PYTHON) -m rlbox.cli
+# The Python to use, decided when a recipe runs (after `setup`): .ci/provision makes .venv only
+# where the machine's python3 may not be installed into (Debian's own, "externally managed").
+VENV   = if [ -x .venv/bin/python ]; then export PATH="$(CURDIR)/.venv/bin:$$PATH"; fi;
+PYTHON = $(VENV) py=python3; [ ! -x .venv/bin/python ] || py=.venv/bin/python; "$$py"
+RLBOX  = $(PYTHON) -m rlbox.cli
 FLAGSHIP ?= verl_pt27_25rc3
 BUILD_FLAGS ?=
 
@@ -32,7 +35,7 @@ rehearsal: sim-image
 	$(RLBOX) run --sim --nodes 4 --hardware a3 --smoke-test
 
 lint: check-dockerfiles
-	hadolint dockerfiles/*/*/Dockerfile
+	$(VENV) hadolint dockerfiles/*/*/Dockerfile
 
 dockerfiles:
 	$(RLBOX) render
