@@ -114,8 +114,7 @@ def from_image(client, image: str) -> VerlTree:
             target = partial / Path(sub).parent
             target.mkdir(parents=True, exist_ok=True)
             with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                members = [m for m in tar.getmembers() if m.isdir() or (m.isfile() and m.name.endswith((".yaml", ".py")))]
-                tar.extractall(target, members=members, filter="data")
+                _extract(tar, target)
     finally:
         box.remove(force=True)
     if not (partial / "verl" / "trainer" / "config").is_dir():
@@ -123,6 +122,19 @@ def from_image(client, image: str) -> VerlTree:
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
     return VerlTree(dest, f"verl in {image}")
+
+
+def _extract(tar: tarfile.TarFile, target: Path) -> None:
+    """Only plain folders and .yaml/.py files, only below ``target`` (tarfile's "data" filter
+    is missing from some Python 3.10/3.11 releases, so the check is done here)."""
+    members = []
+    for m in tar.getmembers():
+        if not (m.isdir() or (m.isfile() and m.name.endswith((".yaml", ".py")))):
+            continue
+        if Path(m.name).is_absolute() or ".." in Path(m.name).parts:
+            raise RlboxError(f"refusing to extract {m.name!r}: it points outside the config folder")
+        members.append(m)
+    tar.extractall(target, members=members)
 
 
 # ---------------------------------------------------------------------------------------------
