@@ -165,10 +165,6 @@ class Component(_Strict):
         return v
 
     @property
-    def pip_name(self) -> str | None:
-        return self.pip.split("==")[0].split("[")[0] if self.pip else None
-
-    @property
     def version(self) -> str | None:
         return self.pip.split("==", 1)[1] if self.pip else None
 

@@ -86,9 +86,10 @@ class Drift:
     state: str  # "missing", "stale" or "orphaned"
 
 
-def check(matrix: Matrix) -> list[Drift]:
+def check(matrix: Matrix, wanted: dict[Path, str] | None = None) -> list[Drift]:
+    """Generated files that differ from ``wanted`` (rendered here unless given)."""
     root = matrix.root
-    wanted = render_all(matrix)
+    wanted = render_all(matrix) if wanted is None else wanted
     drift = []
     for rel, text in sorted(wanted.items()):
         path = root / rel
@@ -108,8 +109,9 @@ def check(matrix: Matrix) -> list[Drift]:
 def write(matrix: Matrix) -> list[Path]:
     """Write every generated file; remove ones the matrix no longer produces. Returns changes."""
     root = matrix.root
+    wanted = render_all(matrix)
     changed = []
-    for drift in check(matrix):
+    for drift in check(matrix, wanted):
         path = root / drift.path
         if drift.state == "orphaned":
             path.unlink()
@@ -118,7 +120,7 @@ def write(matrix: Matrix) -> list[Path]:
                     break
                 parent.rmdir()
         changed.append(drift.path)
-    for rel, text in render_all(matrix).items():
+    for rel, text in wanted.items():
         path = root / rel
         if rel in changed:
             path.parent.mkdir(parents=True, exist_ok=True)
