@@ -53,7 +53,7 @@ def main() -> int:
     repo = selftest.FixtureRepo(work / "git" / "fixture.git").create()
     with selftest.GitDaemon(work / "git") as daemon:
         patches = selftest.fixture_patches(repo)
-        tree = selftest.make_tree(work / "tree", daemon.url("fixture.git"), repo.commit, patches)
+        tree = selftest.make_tree(work / "tree", daemon.url("fixture.git"), repo.commit, patches, ca)
         subprocess.run(["docker", "builder", "prune", "--all", "--force"], capture_output=True, check=True)
         cold, _ = build(tree, ca, "--no-cache")
 

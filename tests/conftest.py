@@ -72,7 +72,7 @@ def selftest_image(tmp_path_factory, fixture_git, ca_bundle):
     """The self-test image, built once per session through `rlbox build`."""
     repo, daemon = fixture_git
     tree = selftest.make_tree(tmp_path_factory.mktemp("tree") / "rlbox", daemon.url("fixture.git"),
-                              repo.commit, selftest.fixture_patches(repo))
+                              repo.commit, selftest.fixture_patches(repo), ca_bundle)
     proc = rlbox(*selftest.build_argv(tree, ca_bundle)[1:], cwd=tree)
     assert proc.returncode == 0, proc.stderr[-3000:]
     yield tree, selftest.IMAGE, proc

@@ -163,15 +163,20 @@ def manifest(git_url: str, commit: str, patches: list[str]) -> dict:
             # verl's pure-Python wheel without its dependencies: enough for `rlbox validate`
             # to extract the config tree of the verl inside an image.
             "verl": {"pip": "verl==0.5.0", "pip_args": ["--no-deps"]},
-            "fixture": {"git": git_url, "commit": commit, "ref": "v1.0.0", "patches": patches},
+            # pinned by tag and short SHA, as upstream docs give it: `rlbox lock` resolves the commit
+            "fixture": {"git": git_url, "commit": commit[:10], "ref": "v1.0.0", "patches": patches},
         },
         "variants": {VARIANT: {"hardware": HARDWARE}},
     }
 
 
-def make_tree(dest: Path, git_url: str, commit: str, patches: dict[str, str]) -> Path:
-    """An rlbox tree (images/, templates/, patches/, rendered dockerfiles/) for the self-test."""
-    from rlbox import matrix, render
+def make_tree(dest: Path, git_url: str, commit: str, patches: dict[str, str], ca_bundle: Path | None = None,
+              edit=None) -> Path:
+    """An rlbox tree (images/, templates/, patches/, lock, rendered dockerfiles/) for the self-test.
+
+    ``edit`` may change the manifest (a dict) before it is written, locked and rendered.
+    """
+    from rlbox import lock, matrix, render
 
     if dest.exists():
         shutil.rmtree(dest)
@@ -182,7 +187,14 @@ def make_tree(dest: Path, git_url: str, commit: str, patches: dict[str, str]) ->
     (dest / "patches" / "fixture").mkdir(parents=True)
     for name, text in patches.items():
         (dest / "patches" / "fixture" / name).write_text(text)
-    (dest / "images" / "selftest.yaml").write_text(yaml.safe_dump(manifest(git_url, commit, sorted(patches)), sort_keys=False))
+    data = manifest(git_url, commit, sorted(patches))
+    if edit is not None:
+        edit(data)
+    (dest / "images" / "selftest.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    entries = {v.name: lock.resolve(v, ca_bundle=ca_bundle).entry for v in matrix.load(dest).variants}
+    lock_file = lock.path_for(dest, "selftest")
+    lock_file.parent.mkdir(parents=True)
+    lock_file.write_text(lock.document("selftest", entries))
     render.write(matrix.load(dest))
     return dest
 

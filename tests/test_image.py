@@ -125,7 +125,7 @@ def test_broken_patch_fails_naming_component_and_patch(tmp_path, fixture_git, ca
     patches = selftest.fixture_patches(repo)
     # A patch written against other code: it cannot apply to the pinned commit.
     patches["0003-broken.patch"] = patches["0001-greeting.patch"].replace('"upstream"', '"someone else"', 1)
-    tree = selftest.make_tree(tmp_path / "rlbox", daemon.url("fixture.git"), repo.commit, patches)
+    tree = selftest.make_tree(tmp_path / "rlbox", daemon.url("fixture.git"), repo.commit, patches, ca_bundle)
     before = {c.id for c in client.containers.list(all=True)}
     proc = rlbox(*selftest.build_argv(tree, ca_bundle, "--tag", "localhost/rlbox-test/broken:1")[1:], cwd=tree)
     assert proc.returncode == 1

@@ -14,7 +14,9 @@ from rich.table import Table
 from . import __version__, build, matrix, provenance, render
 from . import cluster as cluster_mod
 from . import doctor as doctor_mod
+from . import diff as diff_mod
 from . import jobs as jobs_mod
+from . import lock as lock_mod
 from . import recipes as recipes_mod
 from . import validate as validate_mod
 from .errors import RlboxError
@@ -105,6 +107,58 @@ def render_cmd(check: bool):
 
 
 # ---------------------------------------------------------------------------------------------
+@cli.command("lock")
+@click.argument("refs", nargs=-1, metavar="[RELEASE | RELEASE:VARIANT]...")
+@click.option("--check", is_flag=True, help="Resolve nothing; exit 1 listing every variant whose lock is missing or stale.")
+@click.option("--strict", is_flag=True, help="Fail when a base image digest cannot be resolved (CI, where registries are reachable).")
+@click.option("--pip-index", help="Index to resolve wheels from (default https://pypi.org/simple).")
+@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), envvar="RLBOX_CA_BUNDLE",
+              help="CA bundle (PEM) for pip behind a TLS-inspecting proxy [env RLBOX_CA_BUNDLE].")
+def lock_cmd(refs, check, strict, pip_index, ca_bundle):
+    """Resolve base digests, git refs and every pip wheel into images/lock/RELEASE.json.
+
+    Builds install under the lock; `rlbox lock --check` fails when images/ and the lock disagree.
+    With no argument, every release is locked (or checked).
+    """
+    m = _matrix()
+    chosen = []
+    for ref in refs or sorted(m.releases):
+        if ":" in ref:
+            chosen.append(m.get(ref))
+        elif ref in m.releases:
+            chosen += [v for v in m.variants if v.release.release == ref]
+        else:
+            m.get(f"{ref}:?")  # names the known releases
+    if check:
+        problems = lock_mod.check(chosen)
+        for p in problems:
+            click.echo(p.line())
+        if problems:
+            raise RlboxError(f"{len(problems)} variant(s) not locked as images/ says: run `rlbox lock`", exit_code=1)
+        unresolved = [v.ref for v in chosen if not v.lock.base_digest]
+        note = f"; base by tag (no digest) for {', '.join(unresolved)}" if unresolved else ""
+        click.echo(f"images/lock/ matches images/ ({len(chosen)} variants){note}")
+        return
+    warnings = []
+    for v in chosen:  # each variant is written as soon as it is resolved: a long run keeps its progress
+        res = lock_mod.resolve(v, pip_index=pip_index, ca_bundle=ca_bundle, echo=lambda line: err.print(f"rlbox: lock {line}", markup=False))
+        warnings += res.warnings
+        if strict and res.warnings:
+            raise RlboxError(res.warnings[0] + " (--strict)", exit_code=1)
+        release = v.release.release
+        path = lock_mod.path_for(m.root, release)
+        names = {x.name for x in m.variants if x.release.release == release}
+        entries = {k: e for k, e in (lock_mod.read(m.root, release) or {"variants": {}})["variants"].items() if k in names}
+        entries[v.name] = res.entry
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(lock_mod.document(release, entries), encoding="utf-8")
+        click.echo(f"wrote {lock_mod.rel(m.root, path)} ({v.name})")
+    for w in warnings:
+        err.print(f"[yellow]warning[/]: {w}", markup=True)
+    click.echo("run `rlbox render` to carry the lock into dockerfiles/")
+
+
+# ---------------------------------------------------------------------------------------------
 def _revision(root: Path) -> str:
     try:
         rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
@@ -132,9 +186,14 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
     """Build one variant of the matrix with BuildKit (docker buildx)."""
     m = _matrix()
     variant = m.get(ref)
+    if variant.lock.state == "stale":
+        raise RlboxError(lock_mod.Problem(variant.ref, variant.lock.path, "stale").line() + " before building")
     drift = [d for d in render.check(m) if d.path.parent == variant.dockerfile.parent]
     if drift:
         raise RlboxError(f"{drift[0].path} is {drift[0].state}: run `rlbox render` before building {ref}")
+    if variant.lock.state == "missing":
+        err.print(f"[yellow]warning[/]: {ref} is not locked ({variant.lock.path}): pip resolves at build time; "
+                  f"`rlbox lock {variant.release.release}` pins it")
     p = build.plan(
         variant,
         platform=platform,
@@ -162,8 +221,9 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
 # ---------------------------------------------------------------------------------------------
 @cli.command("inspect")
 @click.argument("image")
-@click.option("--json", "as_json", is_flag=True, help="Labels and /etc/rlbox/image.json as JSON.")
-def inspect_cmd(image: str, as_json: bool):
+@click.option("--json", "as_json", is_flag=True, help="Labels, /etc/rlbox/image.json and the SBOM as JSON.")
+@click.option("--packages", is_flag=True, help="List every Python and OS package of the SBOM.")
+def inspect_cmd(image: str, as_json: bool, packages: bool):
     """Show what IMAGE holds: release, hardware, every pinned component and applied patch."""
     info = provenance.inspect(image)
     if as_json:
@@ -192,6 +252,42 @@ def inspect_cmd(image: str, as_json: bool):
     out.print(table)
     for p in man.get("patches", []):
         out.print(f"  patch {p['name']}  sha256:{p['sha256']}")
+    sbom = info.get("sbom")
+    lock = man.get("lock") or {}
+    out.print(f"  {'lock':11} {lock.get('file', '-')} ({lock.get('state', 'not recorded')}, {len(lock.get('pip') or {})} pip pins)")
+    if sbom is None:
+        out.print(f"  {'sbom':11} not recorded ({provenance.SBOM_PATH} absent)")
+        return
+    out.print(f"  {'sbom':11} {len(sbom['python_packages'])} Python packages, "
+              f"{len(sbom['os_packages'])} {sbom['os_package_manager']} packages ({provenance.SBOM_PATH}; --packages lists them)")
+    if packages:
+        table = Table("KIND", "PACKAGE", "VERSION", "SOURCE", box=None)
+        for p in sbom["python_packages"]:
+            table.add_row("python", p["name"], p["version"], p.get("source") or p.get("location", ""))
+        for p in sbom["os_packages"]:
+            table.add_row(sbom["os_package_manager"], p["name"], p["version"], "")
+        out.print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+@cli.command("diff")
+@click.argument("image_a")
+@click.argument("image_b")
+@click.option("--json", "as_json", is_flag=True, help="Every difference as JSON.")
+def diff_cmd(image_a: str, image_b: str, as_json: bool):
+    """What changed from IMAGE_A to IMAGE_B: image facts, components, patches, Python and OS packages.
+
+    Read from what each image records (labels, /etc/rlbox/image.json, /etc/rlbox/sbom.json), on
+    the local engine or, for a reference the engine does not have, from its registry.
+    Exits 0 when identical, 1 when they differ.
+    """
+    comparison = diff_mod.compare(provenance.record(image_a), provenance.record(image_b))
+    if as_json:
+        click.echo(json.dumps(comparison.as_dict(), indent=2))
+    else:
+        for line in diff_mod.lines(comparison):
+            click.echo(line)
+    sys.exit(0 if comparison.identical else 1)
 
 # ---------------------------------------------------------------------------------------------
 RUNS_DIR = click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,

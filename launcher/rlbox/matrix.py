@@ -4,6 +4,8 @@ Layout of an rlbox tree::
 
     images/hardware.yaml    hardware profiles (a2, a3, ax, sim): chip, SoC, platforms, NPUs
     images/defaults.yaml    facts every release shares unless it overrides them
+    images/mirrors.yaml     mirror profiles (cn, intl, offline): see mirrors.py
+    images/lock/<release>.json   the lock: see lock.py
     images/<release>.yaml   one release: pins, components in install order, variants
     patches/<component>/NNNN-name.patch
 
@@ -24,9 +26,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import lock as lockfile
 from .errors import RlboxError
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+SHORT_SHA = re.compile(r"^[0-9a-f]{7,39}$")
 PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
@@ -119,8 +123,10 @@ class Component(_Strict):
     pip: str | None = Field(None, description="PyPI requirement pinned with ==, e.g. torch==2.7.1")
     index_url: str | None = Field(None, description="extra index for this pip install")
     git: str | None = None
-    commit: str | None = None
-    ref: str | None = Field(None, description="tag or branch the commit belongs to (informational)")
+    commit: str | None = Field(
+        None, description="full 40-hex commit; a short SHA or none (with `ref:`) is resolved by `rlbox lock`"
+    )
+    ref: str | None = Field(None, description="tag or branch the commit belongs to; `rlbox lock` resolves it")
     subdir: str | None = Field(None, description="install from this folder of the source")
     install: Literal["editable", "pip", "source"] = "editable"
     requirements: list[str] = Field(default_factory=list, description="requirement files to install first")
@@ -139,20 +145,27 @@ class Component(_Strict):
                 if getattr(self, key):
                     raise ValueError(f"{key}: only git components take it")
         if self.git:
-            if not self.commit:
-                raise ValueError("commit: missing pin; give the full 40-hex commit of the source")
+            if not self.commit and not self.ref:
+                raise ValueError(
+                    "commit: missing pin; give the full 40-hex commit, or a `ref:` (tag) for `rlbox lock` to resolve"
+                )
             if not re.match(r"^(https?|git|ssh|file)://", self.git):
                 raise ValueError(f"git: '{self.git}' is not a URL (https://, git://, ssh://, file://)")
         return self
 
     @field_validator("commit")
     @classmethod
-    def _full_sha(cls, v: str | None) -> str | None:
-        if v is not None and not FULL_SHA.fullmatch(v):
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not (FULL_SHA.fullmatch(v) or SHORT_SHA.fullmatch(v)):
             raise ValueError(
-                f"'{v}' is not a full 40-hex commit; resolve it (git rev-parse {v}) and pin the full SHA"
+                f"'{v}' is not a commit: give the full 40-hex SHA (or at least 7 hex digits for `rlbox lock` to resolve)"
             )
         return v
+
+    @property
+    def pinned(self) -> bool:
+        """A PyPI pin, or a git source at a full commit (nothing left for `rlbox lock` to resolve)."""
+        return bool(self.pip) or bool(self.commit and FULL_SHA.fullmatch(self.commit))
 
     @field_validator("patches")
     @classmethod
@@ -170,7 +183,7 @@ class Component(_Strict):
 
     def pin(self) -> str:
         """One-line pin, as recorded in labels: ``torch==2.7.1`` or ``git+URL@sha``."""
-        return self.pip if self.pip else f"git+{self.git}@{self.commit}"
+        return self.pip if self.pip else f"git+{self.git}@{self.commit or self.ref}"
 
 
 class Variant(_Strict):
@@ -266,6 +279,8 @@ class ResolvedVariant:
     manifest: Path
     root: Path
     components: tuple[ResolvedComponent, ...] = field(default_factory=tuple)
+    lock_inputs: str = ""
+    lock: lockfile.VariantLock = lockfile.VariantLock("missing", None, "")
 
     @property
     def ref(self) -> str:
@@ -283,6 +298,17 @@ class ResolvedVariant:
             python=rel.base.python or rel.python,
         )
         return f"{rel.base.image}:{tag}"
+
+    @property
+    def locked_base_image(self) -> str:
+        """The base as FROM names it: pinned to its locked digest when the lock has one."""
+        digest = self.lock.base_digest
+        return f"{self.base_image}@{digest}" if digest else self.base_image
+
+    @property
+    def unresolved(self) -> list[str]:
+        """Git components whose commit the lock must still resolve (a ref or a short SHA)."""
+        return [c.name for c in self.components if not c.spec.pinned]
 
     @property
     def tag(self) -> str:
@@ -363,6 +389,7 @@ class ResolvedVariant:
             "npus_per_node": self.hardware.npus_per_node,
             "platform": self.platform,
             "base_image": self.base_image,
+            "base_digest": self.lock.base_digest,
             "os": rel.os,
             "python": rel.python,
             "cann": rel.cann.version,
@@ -371,6 +398,12 @@ class ResolvedVariant:
             "dockerfile": str(self.dockerfile),
             "components": {c.name: c.as_dict() for c in self.components},
             "patches": [{"name": p.ref, "sha256": p.sha256} for p in self.patches],
+            "lock": {
+                "file": self.lock.path,
+                "state": self.lock.state,
+                "digest": self.lock.digest(),
+                "pip": {name: p["version"] for name, p in self.lock.pip.items()},
+            },
         }
 
 
@@ -527,7 +560,7 @@ def load(root: Path) -> Matrix:
     defaults = _read_yaml(images / "defaults.yaml", root) if (images / "defaults.yaml").exists() else {}
     raw: dict[str, tuple[Path, dict[str, Any]]] = {}
     for path in sorted(images.glob("*.yaml")):
-        if path.name in ("hardware.yaml", "defaults.yaml"):
+        if path.name in ("hardware.yaml", "defaults.yaml", "mirrors.yaml"):
             continue
         data = _read_yaml(path, root)
         rel = _rel(path, root)
@@ -560,6 +593,8 @@ def load(root: Path) -> Matrix:
         rel = _rel(path, root)
         release = _validate(Release, merged(name), rel)
         releases[name] = release
+        lock_data = lockfile.read(root, name)
+        lock_rel = _rel(lockfile.path_for(root, name), root)
         comps = tuple(
             ResolvedComponent(cname, comp, _patch_files(root, rel, cname, comp))
             for cname, comp in release.components.items()
@@ -581,8 +616,12 @@ def load(root: Path) -> Matrix:
             vcomps = comps
             if variant.components:
                 vcomps = _variant_components(root, rel, release, vname, variant)
+            probe = ResolvedVariant(release, vname, variant, variant.hardware, hw, platform, path, root, vcomps)
+            inputs = lockfile.inputs_digest(release, vname, {c.name: c.spec for c in vcomps}, probe.base_image, platform)
+            vlock = lockfile.variant_lock(lock_data, lock_rel, vname, inputs)
+            vcomps = tuple(_locked(c, vlock) for c in vcomps)
             variants.append(
-                ResolvedVariant(release, vname, variant, variant.hardware, hw, platform, path, root, vcomps)
+                ResolvedVariant(release, vname, variant, variant.hardware, hw, platform, path, root, vcomps, inputs, vlock)
             )
     tags = {}
     for v in variants:
@@ -590,6 +629,16 @@ def load(root: Path) -> Matrix:
             raise RlboxError(f"{v.manifest_rel}: variants.{v.name}: image {v.image} is also built by {tags[v.image]}")
         tags[v.image] = v.ref
     return Matrix(root, hardware, releases, tuple(variants))
+
+
+def _locked(comp: ResolvedComponent, vlock: lockfile.VariantLock) -> ResolvedComponent:
+    """A git component pinned by ref or short SHA takes its full commit from a fresh lock."""
+    if comp.spec.pinned:
+        return comp
+    commit = vlock.commit(comp.name)
+    if commit is None or not commit.startswith(comp.spec.commit or ""):
+        return comp
+    return ResolvedComponent(comp.name, comp.spec.model_copy(update={"commit": commit}), comp.patches)
 
 
 def _variant_components(root: Path, rel: str, release: Release, vname: str, variant: Variant):

@@ -10,6 +10,7 @@ from typing import Any
 from .errors import RlboxError
 
 MANIFEST_PATH = "/etc/rlbox/image.json"
+SBOM_PATH = "/etc/rlbox/sbom.json"
 
 
 def docker_client():
@@ -28,21 +29,35 @@ def _short(err: Exception) -> str:
     return str(err).splitlines()[0][:160]
 
 
-def read_file(client, image: str, path: str) -> bytes | None:
-    """A file's bytes from an image, through a created (never started) container."""
+def read_files(client, image: str, paths: list[str]) -> dict[str, bytes | None]:
+    """Files' bytes from an image, through one created (never started) container."""
     from docker.errors import NotFound
 
+    out: dict[str, bytes | None] = {}
     container = client.containers.create(image, command=["true"], entrypoint=[])
     try:
-        stream, _ = container.get_archive(path)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.next()
-            handle = tar.extractfile(member) if member else None
-            return handle.read() if handle else None
-    except NotFound:
-        return None
+        for path in paths:
+            try:
+                stream, _ = container.get_archive(path)
+            except NotFound:
+                out[path] = None
+                continue
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                member = tar.next()
+                handle = tar.extractfile(member) if member else None
+                out[path] = handle.read() if handle else None
     finally:
         container.remove(force=True)
+    return out
+
+
+def _json(image: str, path: str, raw: bytes | None):
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise RlboxError(f"{image}: {path} is not valid JSON") from None
 
 
 def inspect(image: str, client=None) -> dict[str, Any]:
@@ -54,13 +69,9 @@ def inspect(image: str, client=None) -> dict[str, Any]:
     except ImageNotFound:
         raise RlboxError(f"image {image} is not on this engine: pull it or build it (rlbox build RELEASE:VARIANT)") from None
     labels = img.attrs.get("Config", {}).get("Labels") or {}
-    raw = read_file(client, image, MANIFEST_PATH)
-    manifest = None
-    if raw is not None:
-        try:
-            manifest = json.loads(raw)
-        except ValueError:
-            raise RlboxError(f"{image}: {MANIFEST_PATH} is not valid JSON") from None
+    files = read_files(client, image, [MANIFEST_PATH, SBOM_PATH])
+    manifest = _json(image, MANIFEST_PATH, files[MANIFEST_PATH])
+    sbom = _json(image, SBOM_PATH, files[SBOM_PATH])
     if manifest is None and not any(k.startswith("io.rlbox.") for k in labels):
         raise RlboxError(f"{image} was not built by rlbox: no io.rlbox.* labels and no {MANIFEST_PATH}")
     return {
@@ -71,4 +82,14 @@ def inspect(image: str, client=None) -> dict[str, Any]:
         "size": img.attrs.get("Size"),
         "labels": labels,
         "manifest": manifest,
+        "sbom": sbom,
     }
+
+
+def record(image: str, client=None):
+    """What ``image`` records about itself (for `rlbox diff`), from the local engine."""
+    from .diff import Record
+
+    info = inspect(image, client)
+    digest = next((d.split("@", 1)[1] for d in info["repo_digests"]), None)
+    return Record(image, "local", info["labels"], info["manifest"], info["sbom"], digest)
