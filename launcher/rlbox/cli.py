@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, build, matrix, provenance, render
+from . import __version__, build, matrix, provenance, render, workflow
 from . import cluster as cluster_mod
 from . import doctor as doctor_mod
 from . import jobs as jobs_mod
@@ -85,7 +85,7 @@ def images_list(as_json: bool):
 @cli.command("render")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 listing every stale, missing or orphaned file.")
 def render_cmd(check: bool):
-    """Render templates/ + images/ into dockerfiles/ (Dockerfile and image.json per variant)."""
+    """Render templates/ + images/ into dockerfiles/ (Dockerfile and image.json per variant) and the CI workflow."""
     m = _matrix()
     if check:
         drift = render.check(m)
@@ -96,7 +96,7 @@ def render_cmd(check: bool):
                 f"{len(drift)} generated file(s) out of date with images/, templates/ or patches/: run `rlbox render`",
                 exit_code=1,
             )
-        click.echo(f"dockerfiles/ is up to date ({len(m.variants)} variants)")
+        click.echo(f"dockerfiles/ and {workflow.PATH} are up to date ({len(m.variants)} variants)")
         return
     changed = render.write(m)
     for path in changed:
