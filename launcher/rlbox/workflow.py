@@ -11,7 +11,7 @@ one carrying the commit (``a3-arm-<sha>``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import RlboxError
@@ -62,7 +62,7 @@ class Job:
     cann_base_tag: str  # tag of the CANN base, for a CANN_BASE_MIRROR ("" = no CANN)
 
     def as_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 def _split_registry(variant: ResolvedVariant) -> tuple[str, str]:
