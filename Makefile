@@ -6,18 +6,20 @@ PYTHON = $(VENV) py=python3; [ ! -x .venv/bin/python ] || py=.venv/bin/python; "
 RLBOX  = $(PYTHON) -m rlbox.cli
 FLAGSHIP ?= verl_pt27_25rc3
 BUILD_FLAGS ?=
+REF ?=
 
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image-a2 image-a3 image-ax images bench rehearsal sim-image
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench rehearsal sim-image
 
 help:
 	@echo "make rehearsal     4-node simulated Atlas A3 cluster: 64 NPUs in Ray, smoke-test job, teardown"
 	@echo "make test          the whole test suite (engine tests included)"
 	@echo "make setup         provision Docker engine + buildx + sshd, install rlbox (both above run it)"
-	@echo "make lint          hadolint over every rendered Dockerfile + render --check"
+	@echo "make lint          hadolint over every rendered Dockerfile + render --check + lock --check"
 	@echo "make dockerfiles   re-render dockerfiles/ from images/, templates/, patches/"
+	@echo "make image REF=RELEASE:VARIANT    build one variant of the matrix (BUILD_FLAGS=... rlbox build options; CI uses it)"
 	@echo "make image-a2|image-a3|image-ax   build $(FLAGSHIP) for that hardware (BUILD_FLAGS=...)"
 	@echo "make bench         benchmarks under bench/ (image rebuild, cluster bring-up, pre-flight)"
 
@@ -42,15 +44,21 @@ dockerfiles:
 
 check-dockerfiles:
 	$(RLBOX) render --check
+	$(RLBOX) lock --check
+
+# One variant of the matrix: what a developer and the CI workflow (.github/workflows/images.yml) run.
+image:
+	@if [ -z "$(REF)" ]; then echo "make image: give REF=RELEASE:VARIANT (see rlbox images list)" >&2; exit 2; fi
+	$(RLBOX) build $(REF) $(BUILD_FLAGS)
 
 image-a2:
-	$(RLBOX) build $(FLAGSHIP):a2-arm $(BUILD_FLAGS)
+	@$(MAKE) --no-print-directory image REF=$(FLAGSHIP):a2-arm
 
 image-a3:
-	$(RLBOX) build $(FLAGSHIP):a3-arm $(BUILD_FLAGS)
+	@$(MAKE) --no-print-directory image REF=$(FLAGSHIP):a3-arm
 
 image-ax:
-	$(RLBOX) build $(FLAGSHIP):ax-x86 $(BUILD_FLAGS)
+	@$(MAKE) --no-print-directory image REF=$(FLAGSHIP):ax-x86
 
 bench: sim-image
 	$(PYTHON) bench/build_cache.py

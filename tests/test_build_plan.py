@@ -67,3 +67,44 @@ def test_cli_errors_are_one_line():
         assert proc.returncode == 2, proc
         assert "Traceback" not in proc.stderr
         assert proc.stderr.count("\n") == 1 and expected in proc.stderr
+
+
+def test_dry_run_passes_cache_and_push_by_digest_to_buildx():
+    """What CI runs: BuildKit cache in and out, an untagged push whose digest lands in a file."""
+    repo = "swr.cn-south-1.myhuaweicloud.com/ascendhub/verl_pt27_25rc3"
+    proc = rlbox(
+        "build", "verl_pt27_25rc3:a3-arm", "--dry-run",
+        "--cache-from", "type=gha,scope=verl_pt27_25rc3:a3-arm",
+        "--cache-to", "type=gha,mode=max,scope=verl_pt27_25rc3:a3-arm",
+        "--push-by-digest", repo, "--metadata-file", "/tmp/meta.json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    argv = shlex.split(proc.stdout.strip())
+    pairs = list(zip(argv, argv[1:]))
+    assert ("--cache-from", "type=gha,scope=verl_pt27_25rc3:a3-arm") in pairs
+    assert ("--cache-to", "type=gha,mode=max,scope=verl_pt27_25rc3:a3-arm") in pairs
+    assert ("--metadata-file", "/tmp/meta.json") in pairs
+    assert ("--output", f"type=image,name={repo},push-by-digest=true,name-canonical=true,push=true") in pairs
+    # untagged: the digest is tagged afterwards; nothing loaded, no plain --push
+    assert "--tag" not in argv and "--load" not in argv and "--push" not in argv
+    assert argv[-1] == str(REPO)
+
+
+def test_plan_output_modes(m):
+    v = m.get("rlbox_sim:amd64")
+    none = build.plan(v, load=False, cache_to=("type=gha,scope=x",))
+    assert none.output == "none" and not none.push
+    assert ("--output", "type=cacheonly") in list(zip(none.argv, none.argv[1:]))
+    assert "--load" not in none.argv and "--push" not in none.argv
+    digest = build.plan(v, push_by_digest="registry.example.com/rlbox/sim")
+    assert digest.output == "digest" and digest.push and digest.tags == ()
+    assert "registry.example.com/rlbox/sim@<digest>" in digest.describe_output()
+    assert build.plan(v, push=True).output == "push"
+    for kwargs, message in (
+        ({"push": True, "push_by_digest": "r.example.com/a/b"}, "exclude each other"),
+        ({"push_by_digest": "r.example.com/a/b", "tags": ("r.example.com/a/b:x",)}, "--tag does nothing"),
+        ({"push_by_digest": "r.example.com/a/b:x"}, "without tag or digest"),
+        ({"push": True, "load": False}, "--no-load with --push"),
+    ):
+        with pytest.raises(RlboxError, match=message):
+            build.plan(v, **kwargs)

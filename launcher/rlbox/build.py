@@ -28,6 +28,16 @@ class BuildPlan:
     tags: tuple[str, ...]
     push: bool
     build_args: dict[str, str] = field(default_factory=dict)
+    output: str = "load"  # "load", "push", "digest" (push by digest to `repository`) or "none"
+    repository: str | None = None
+
+    def describe_output(self) -> str:
+        """Where the result goes, for humans: the tags, the repository pushed by digest, or nowhere."""
+        if self.output == "digest":
+            return f"{self.repository}@<digest> (pushed by digest)"
+        if self.output == "none":
+            return "BuildKit's cache only (neither loaded nor pushed)"
+        return ", ".join(self.tags)
 
     def command(self) -> str:
         return shlex.join(self.argv)
@@ -45,12 +55,23 @@ def plan(
     hf_endpoint: str | None = None,
     ca_bundle: Path | None = None,
     push: bool = False,
+    push_by_digest: str | None = None,
+    load: bool = True,
+    cache_from: tuple[str, ...] = (),
+    cache_to: tuple[str, ...] = (),
+    metadata_file: Path | None = None,
     network: str | None = None,
     revision: str | None = None,
     no_cache: bool = False,
     docker: str = "docker",
 ) -> BuildPlan:
-    """The exact ``docker buildx build`` for one variant. Pure: reads no image, runs nothing."""
+    """The exact ``docker buildx build`` for one variant. Pure: reads no image, runs nothing.
+
+    Output, one of: load into the local engine (default); ``push`` the tags; ``push_by_digest``
+    REPO (an untagged push whose digest lands in ``metadata_file``, tagged afterwards with
+    ``docker buildx imagetools create``, as CI does); or ``load=False``: keep the result in
+    BuildKit's cache only (a build check; ``cache_to`` still exports the layers).
+    """
     platform = platform or variant.platform
     if platform not in variant.hardware.platforms:
         raise RlboxError(
@@ -64,7 +85,19 @@ def plan(
         ca_bundle = Path(ca_bundle).resolve()
         if not ca_bundle.is_file():
             raise RlboxError(f"--ca-bundle {ca_bundle}: no such file (give a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt)")
-    tags = tuple(tags) or (variant.image,)
+    if push and push_by_digest:
+        raise RlboxError("--push and --push-by-digest exclude each other: give one")
+    if push_by_digest and tags:
+        raise RlboxError(
+            "--tag does nothing with --push-by-digest: the image is pushed untagged; "
+            "tag its digest afterwards (docker buildx imagetools create -t TAG REPO@DIGEST)"
+        )
+    if push_by_digest and (":" in push_by_digest.rsplit("/", 1)[-1] or "@" in push_by_digest):
+        raise RlboxError(f"--push-by-digest {push_by_digest}: give a repository without tag or digest")
+    if not load and (push or push_by_digest):
+        raise RlboxError("--no-load with --push/--push-by-digest: a pushed image is not loaded anyway; drop --no-load")
+    output = "digest" if push_by_digest else "push" if push else "load" if load else "none"
+    tags = () if push_by_digest else tuple(tags) or (variant.image,)
     args: dict[str, str] = {}
     if base_image:
         args["BASE_IMAGE"] = base_image
@@ -88,9 +121,23 @@ def plan(
         argv += ["--network", network]
     if no_cache:
         argv.append("--no-cache")
-    argv.append("--push" if push else "--load")
+    for spec in cache_from:
+        argv += ["--cache-from", spec]
+    for spec in cache_to:
+        argv += ["--cache-to", spec]
+    if metadata_file is not None:
+        argv += ["--metadata-file", str(metadata_file)]
+    if output == "digest":
+        argv += ["--output", f"type=image,name={push_by_digest},push-by-digest=true,name-canonical=true,push=true"]
+    elif output == "none":
+        argv += ["--output", "type=cacheonly"]
+    else:
+        argv.append("--push" if push else "--load")
     argv.append(str(variant.root))
-    return BuildPlan(variant.ref, tuple(argv), dockerfile, variant.root, platform, tags, push, args)
+    return BuildPlan(
+        variant.ref, tuple(argv), dockerfile, variant.root, platform, tags, output in ("push", "digest"), args,
+        output, push_by_digest,
+    )
 
 
 def execute(build: BuildPlan, *, echo=None) -> None:

@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, build, matrix, provenance, render
+from . import __version__, build, matrix, provenance, render, workflow
 from . import cluster as cluster_mod
 from . import doctor as doctor_mod
 from . import diff as diff_mod
@@ -87,7 +87,7 @@ def images_list(as_json: bool):
 @cli.command("render")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 listing every stale, missing or orphaned file.")
 def render_cmd(check: bool):
-    """Render templates/ + images/ into dockerfiles/ (Dockerfile and image.json per variant)."""
+    """Render templates/ + images/ into dockerfiles/ (Dockerfile and image.json per variant) and the CI workflow."""
     m = _matrix()
     if check:
         drift = render.check(m)
@@ -98,7 +98,7 @@ def render_cmd(check: bool):
                 f"{len(drift)} generated file(s) out of date with images/, templates/ or patches/: run `rlbox render`",
                 exit_code=1,
             )
-        click.echo(f"dockerfiles/ is up to date ({len(m.variants)} variants)")
+        click.echo(f"dockerfiles/ and {workflow.PATH} are up to date ({len(m.variants)} variants)")
         return
     changed = render.write(m)
     for path in changed:
@@ -181,8 +181,14 @@ def _revision(root: Path) -> str:
 @click.option("--network", type=click.Choice(["default", "host", "none"]), help="Network for RUN steps (host: reach services on the build host's loopback).")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 @click.option("--push", is_flag=True, help="Push to the registry instead of loading into the local engine.")
+@click.option("--push-by-digest", metavar="REPO", help="Push to REPO untagged (by digest; CI tags it afterwards with `docker buildx imagetools create`). Read the digest from --metadata-file.")
+@click.option("--no-load", is_flag=True, help="Build only: keep the result in BuildKit's cache, neither load nor push it (--cache-to still exports).")
+@click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, passed to buildx (e.g. type=gha,scope=REF or type=registry,ref=...).")
+@click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, passed to buildx (e.g. type=gha,mode=max,scope=REF).")
+@click.option("--metadata-file", type=click.Path(path_type=Path), help="Write buildx's result metadata (JSON; containerimage.digest) to FILE.")
 @click.option("--dry-run", is_flag=True, help="Print the exact build command and do nothing.")
-def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror, hf_endpoint, ca_bundle, network, no_cache, push, dry_run):
+def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror, hf_endpoint, ca_bundle, network, no_cache, push,
+              push_by_digest, no_load, cache_from, cache_to, metadata_file, dry_run):
     """Build one variant of the matrix with BuildKit (docker buildx)."""
     m = _matrix()
     variant = m.get(ref)
@@ -205,6 +211,11 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
         hf_endpoint=hf_endpoint,
         ca_bundle=ca_bundle,
         push=push,
+        push_by_digest=push_by_digest,
+        load=not no_load,
+        cache_from=cache_from,
+        cache_to=cache_to,
+        metadata_file=metadata_file,
         network=network,
         revision=_revision(m.root),
         no_cache=no_cache,
@@ -212,10 +223,10 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
     if dry_run:
         click.echo(p.command())
         return
-    err.print(f"[bold]rlbox[/]: building {ref} -> {', '.join(p.tags)}")
+    err.print(f"[bold]rlbox[/]: building {ref} -> {p.describe_output()}")
     err.print(f"$ {p.command()}", markup=False)
     build.execute(p)
-    err.print(f"[bold]rlbox[/]: built {', '.join(p.tags)}")
+    err.print(f"[bold]rlbox[/]: built {ref} -> {p.describe_output()}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Each variant renders two generated files under ``dockerfiles/<release>/<variant>/``:
 ``Dockerfile`` and ``image.json`` (the resolved manifest the image carries as
-``/etc/rlbox/image.json``). ``check`` re-renders in memory and lists every file that is
-missing, stale or no longer produced by the matrix.
+``/etc/rlbox/image.json``); the whole matrix renders the CI workflow that builds every image,
+``.github/workflows/images.yml`` (workflow.py). ``check`` re-renders in memory and lists every
+file that is missing, stale or no longer produced by the matrix (orphans: under dockerfiles/).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import jinja2
 
 from .errors import RlboxError
+from . import workflow
 from .matrix import Matrix, ResolvedVariant
 
 
@@ -94,6 +96,7 @@ def render_all(matrix: Matrix) -> dict[Path, str]:
         out[v.dockerfile] = dockerfile(v, env)
         out[v.dockerfile.parent / "image.json"] = image_json(v)
         out[v.dockerfile.parent / "constraints.txt"] = constraints(v)
+    out[workflow.PATH] = workflow.render(matrix)
     return out
 
 
