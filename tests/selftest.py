@@ -183,7 +183,10 @@ def make_tree(dest: Path, git_url: str, commit: str, patches: dict[str, str], ca
     (dest / "images").mkdir(parents=True)
     shutil.copytree(REPO / "templates", dest / "templates")
     shutil.copy(REPO / "images" / "hardware.yaml", dest / "images" / "hardware.yaml")
+    shutil.copy(REPO / "images" / "mirrors.yaml", dest / "images" / "mirrors.yaml")
     shutil.copy(REPO / ".dockerignore", dest / ".dockerignore")
+    (dest / ".rlbox-sources").mkdir()
+    shutil.copy(REPO / ".rlbox-sources" / "README.md", dest / ".rlbox-sources" / "README.md")
     (dest / "patches" / "fixture").mkdir(parents=True)
     for name, text in patches.items():
         (dest / "patches" / "fixture" / name).write_text(text)

@@ -143,3 +143,69 @@ def test_inspect_of_foreign_image_is_one_line(engine):
     assert proc.returncode == 2 and "was not built by rlbox" in proc.stderr
     proc = rlbox("inspect", "localhost/rlbox-test/nothing:here")
     assert proc.returncode == 2 and "is not on this engine" in proc.stderr
+
+
+def test_lock_is_recorded_and_verified(client, selftest_image):
+    tree, image, proc = selftest_image
+    manifest = json.loads((tree / "dockerfiles" / "selftest" / selftest.VARIANT / "image.json").read_text())
+    lock = manifest["lock"]
+    assert lock["state"] == "fresh" and lock["pip"]["six"] == "1.17.0" and lock["pip"]["verl"] == "0.5.0"
+    labels = client.images.get(image).labels
+    assert labels["io.rlbox.lock"] == lock["digest"]
+    assert f"{len(lock['pip'])} locked packages as locked" in proc.stderr
+    # the fixture was pinned by tag and short SHA; the lock resolved the full commit
+    assert labels["io.rlbox.component.fixture"].endswith("@" + manifest["components"]["fixture"]["commit"])
+    assert len(manifest["components"]["fixture"]["commit"]) == 40
+    held = sh(client, image, ["cat", "/etc/rlbox/constraints.txt"]).splitlines()
+    assert "six==1.17.0" in held and "decorator==" + lock["pip"]["decorator"] in held
+
+
+def test_sbom_lists_every_python_and_os_package(client, selftest_image):
+    _, image, _ = selftest_image
+    sbom = json.loads(sh(client, image, ["cat", "/etc/rlbox/sbom.json"]))
+    py = {p["name"].lower(): p for p in sbom["python_packages"]}
+    assert py["six"]["version"] == "1.17.0" and py["verl"]["version"] == "0.5.0"
+    assert py["rlbox-fixture"]["source"].startswith("file:///opt/rlbox/src/fixture")
+    os_pkgs = {p["name"].split(":")[0]: p["version"] for p in sbom["os_packages"]}
+    assert sbom["os_package_manager"] == "dpkg" and "git" in os_pkgs and "libjemalloc2" in os_pkgs
+    assert len(os_pkgs) > 100
+    assert sbom["git_sources"] == [{"name": "fixture", "commit": selftest.run(
+        "docker", "run", "--rm", "--entrypoint", "git", image, "-C", "/opt/rlbox/src/fixture", "rev-parse", "HEAD").stdout.strip()}]
+    # the SBOM is the last layer's only file: `rlbox diff` reads it from a registry by that layer alone
+    raw = b"".join(client.images.get(image).save(named=True))
+    with tarfile.open(fileobj=io.BytesIO(raw)) as outer:
+        last = json.load(outer.extractfile("manifest.json"))[0]["Layers"][-1]
+        with tarfile.open(fileobj=outer.extractfile(last)) as layer:
+            files = [m.name for m in layer.getmembers() if m.isfile()]
+    assert files == ["etc/rlbox/sbom.json"]
+
+
+def test_diff_names_the_patch_and_the_package(tmp_path, fixture_git, ca_bundle, selftest_image, client):
+    repo, daemon = fixture_git
+    tree_a, image_a, _ = selftest_image
+    patches = selftest.fixture_patches(repo)
+    del patches["0002-feature.patch"]
+
+    def older_six(data):
+        data["components"]["six"]["pip"] = "six==1.16.0"
+
+    tree = selftest.make_tree(tmp_path / "rlbox", daemon.url("fixture.git"), repo.commit, patches, ca_bundle, edit=older_six)
+    image_b = "localhost/rlbox-test/selftest:diff-b"
+    proc = rlbox(*selftest.build_argv(tree, ca_bundle, "--tag", image_b)[1:], cwd=tree)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    try:
+        proc = rlbox("diff", image_a, image_b)
+        assert proc.returncode == 1, proc.stderr
+        text = proc.stdout
+        assert "components: 1 changed" in text and "~ six: six==1.17.0 -> six==1.16.0" in text
+        assert "patches: 1 removed, 1 unchanged" in text and "- fixture/0002-feature.patch: sha256:" in text
+        assert "python packages: 1 changed" in text and "~ six: 1.17.0 -> 1.16.0" in text
+        assert "os packages: no change" in text
+        data = json.loads(rlbox("diff", image_a, image_b, "--json").stdout)
+        assert data["components"]["changed"] == {"six": {"from": "six==1.17.0", "to": "six==1.16.0"}}
+        assert list(data["patches"]["removed"]) == ["fixture/0002-feature.patch"]
+        assert data["python_packages"]["changed"] == {"six": {"from": "1.17.0", "to": "1.16.0"}}
+        same = rlbox("diff", image_a, image_a)
+        assert same.returncode == 0 and "components: no change" in same.stdout
+    finally:
+        client.images.remove(image_b, force=True)

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import RlboxError
+from . import sources
 from .matrix import ResolvedVariant
+from .mirrors import SOURCES_DIR
 
 # Lines our in-image scripts print when they stop a build (rlbox-apply-patches, rlbox-verify...).
 _SCRIPT_ERROR = re.compile(r"rlbox error: (.*)")
@@ -61,6 +63,7 @@ def plan(
     cache_to: tuple[str, ...] = (),
     metadata_file: Path | None = None,
     network: str | None = None,
+    offline: bool = False,
     revision: str | None = None,
     no_cache: bool = False,
     docker: str = "docker",
@@ -109,6 +112,19 @@ def plan(
     ):
         if value:
             args[key] = value
+    if offline:
+        # Air-gapped: no network for any RUN; every source comes from .rlbox-sources.
+        if network not in (None, "none"):
+            raise RlboxError(f"--network {network} contradicts an offline build, which runs with no network")
+        gaps = sources.missing(variant)
+        if gaps:
+            raise RlboxError(
+                f"offline build of {variant.ref}: {SOURCES_DIR}/{gaps[0]} is missing"
+                f"{f' (and {len(gaps) - 1} more)' if len(gaps) > 1 else ''}: run `rlbox fetch-sources {variant.ref}` "
+                "where the network is reachable"
+            )
+        network = "none"
+        args["RLBOX_OFFLINE"] = "1"
     args["RLBOX_REVISION"] = revision or "unknown"
     argv = [docker, "buildx", "build", "--progress", "plain", "--platform", platform, "--file", str(dockerfile)]
     for tag in tags:

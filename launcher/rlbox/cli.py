@@ -17,6 +17,8 @@ from . import doctor as doctor_mod
 from . import diff as diff_mod
 from . import jobs as jobs_mod
 from . import lock as lock_mod
+from . import mirrors as mirrors_mod
+from . import sources as sources_mod
 from . import recipes as recipes_mod
 from . import validate as validate_mod
 from .errors import RlboxError
@@ -186,12 +188,21 @@ def _revision(root: Path) -> str:
 @click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, passed to buildx (e.g. type=gha,scope=REF or type=registry,ref=...).")
 @click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, passed to buildx (e.g. type=gha,mode=max,scope=REF).")
 @click.option("--metadata-file", type=click.Path(path_type=Path), help="Write buildx's result metadata (JSON; containerimage.digest) to FILE.")
+@click.option("--mirror", "mirror", metavar="PROFILE", help="Mirror profile from images/mirrors.yaml (cn, intl, offline): pip index, apt and git mirrors, HF endpoint and base registry together; the options above override it. offline: no network, sources from .rlbox-sources (rlbox fetch-sources).")
 @click.option("--dry-run", is_flag=True, help="Print the exact build command and do nothing.")
 def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror, hf_endpoint, ca_bundle, network, no_cache, push,
-              push_by_digest, no_load, cache_from, cache_to, metadata_file, dry_run):
+              push_by_digest, no_load, cache_from, cache_to, metadata_file, mirror, dry_run):
     """Build one variant of the matrix with BuildKit (docker buildx)."""
     m = _matrix()
     variant = m.get(ref)
+    profile = mirrors_mod.get(m.root, mirror) if mirror else None
+    if profile is not None:
+        pip_index = pip_index or profile.pip_index
+        apt_mirror = apt_mirror or profile.apt_for(variant.release.os, variant.arch)
+        git_mirror = git_mirror or profile.git_mirror
+        hf_endpoint = hf_endpoint or profile.hf_endpoint
+        if base_image is None and profile.image(variant.locked_base_image) != variant.locked_base_image:
+            base_image = profile.image(variant.locked_base_image)
     if variant.lock.state == "stale":
         raise RlboxError(lock_mod.Problem(variant.ref, variant.lock.path, "stale").line() + " before building")
     drift = [d for d in render.check(m) if d.path.parent == variant.dockerfile.parent]
@@ -217,6 +228,7 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
         cache_to=cache_to,
         metadata_file=metadata_file,
         network=network,
+        offline=bool(profile and profile.offline),
         revision=_revision(m.root),
         no_cache=no_cache,
     )
@@ -227,6 +239,28 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
     err.print(f"$ {p.command()}", markup=False)
     build.execute(p)
     err.print(f"[bold]rlbox[/]: built {ref} -> {p.describe_output()}")
+
+
+@cli.command("fetch-sources")
+@click.argument("ref", metavar="RELEASE:VARIANT")
+@click.option("--mirror", "mirror", metavar="PROFILE", help="Mirror profile to fetch through (cn, intl); see images/mirrors.yaml.")
+@click.option("--base-image", help="Base image to download the OS packages in (default: the locked base).")
+@click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), envvar="RLBOX_CA_BUNDLE",
+              help="CA bundle (PEM) for pip behind a TLS-inspecting proxy [env RLBOX_CA_BUNDLE].")
+def fetch_sources_cmd(ref, mirror, base_image, ca_bundle):
+    """Fill .rlbox-sources/ with everything REF's build downloads, for `rlbox build REF --mirror offline`.
+
+    The pinned commit of every git source, every locked wheel (plus what git sources need to
+    build), and the OS packages the image adds to its base. Needs a fresh lock (rlbox lock).
+    """
+    m = _matrix()
+    variant = m.get(ref)
+    profile = mirrors_mod.get(m.root, mirror) if mirror else None
+    got = sources_mod.fetch(variant, profile=profile, ca_bundle=ca_bundle, base_image=base_image,
+                            echo=lambda line: err.print(f"rlbox: fetch-sources {ref}: {line}", markup=False))
+    left = sources_mod.missing(variant)
+    click.echo(f"{mirrors_mod.SOURCES_DIR}/: {len(got.git)} git sources, {got.wheels} wheels, {got.debs} OS packages for {ref}"
+               + (f"; still missing: {', '.join(left)}" if left else "; ready for `rlbox build " + ref + " --mirror offline`"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,63 @@
+"""Mirror profiles (``images/mirrors.yaml``): pip index, apt mirror, git mirror, Hugging Face
+endpoint and image registries, switched together by name (``--mirror cn``). The ``offline``
+profile builds from the local source cache that ``rlbox fetch-sources`` fills."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, ValidationError
+
+from .errors import RlboxError
+from .matrix import _did_you_mean, _one_line, _read_yaml, _rel, _Strict
+
+SOURCES_DIR = ".rlbox-sources"  # inside the build context: the offline build mounts it
+
+
+class Profile(_Strict):
+    description: str
+    pip_index: str | None = None
+    apt_mirror: dict[str, str] = Field(
+        default_factory=dict, description="archive URL per distribution: ubuntu, ubuntu-ports (arm64), debian"
+    )
+    git_mirror: str | None = Field(None, description="prefix that replaces https://github.com/")
+    hf_endpoint: str | None = None
+    registries: dict[str, str] = Field(default_factory=dict, description="image reference prefix -> replacement")
+    offline: bool = Field(False, description="build with no network, from the source cache only")
+
+    def apt_for(self, os_name: str, arch: str) -> str | None:
+        if os_name.startswith("ubuntu"):
+            return self.apt_mirror.get("ubuntu-ports" if arch != "x86_64" else "ubuntu") or self.apt_mirror.get("ubuntu")
+        if os_name.startswith("debian"):
+            return self.apt_mirror.get("debian")
+        return None
+
+    def image(self, ref: str) -> str:
+        """``ref`` through the profile's registry rewrites (longest matching prefix wins)."""
+        for prefix in sorted(self.registries, key=len, reverse=True):
+            if ref.startswith(prefix):
+                return self.registries[prefix] + ref[len(prefix):]
+        return ref
+
+
+def load(root: Path) -> dict[str, Profile]:
+    path = root / "images" / "mirrors.yaml"
+    if not path.exists():
+        return {}
+    data = _read_yaml(path, root).get("profiles") or {}
+    out = {}
+    for name, body in data.items():
+        try:
+            out[name] = Profile.model_validate(body or {})
+        except ValidationError as err:
+            line = _one_line(err, _rel(path, root), Profile)
+            raise RlboxError(line.replace(": ", f": profiles.{name}.", 1)) from None
+    return out
+
+
+def get(root: Path, name: str) -> Profile:
+    profiles = load(root)
+    if name not in profiles:
+        known = ", ".join(profiles) or "none (images/mirrors.yaml is missing)"
+        raise RlboxError(f"--mirror {name}: no such profile in images/mirrors.yaml{_did_you_mean(name, profiles)}; known: {known}")
+    return profiles[name]
