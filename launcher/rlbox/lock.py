@@ -251,29 +251,39 @@ def pip_groups(variant: "ResolvedVariant") -> list[tuple[list[str], list[str]]]:
     return groups + alone
 
 
-def resolve_pip(variant: "ResolvedVariant", *, pip_index: str | None = None, ca_bundle: Path | None = None,
-                python: str | None = None) -> dict[str, Any]:
+def target_pip(variant: "ResolvedVariant", command: list[str], index: str, extra: list[str],
+               ca_bundle: Path | None) -> list[str]:
+    """A pip command line that works for the variant's platform and Python, not this machine's:
+    binary wheels for its platform tags and ABI, dependency markers evaluated for it."""
+    py = variant.release.python
+    argv = [shutil.which("python3") or "python3", "-c", _PIP_FOR_TARGET, variant.arch, py, *command, "--quiet",
+            "--only-binary=:all:", "--python-version", py, "--implementation", "cp",
+            "--abi", "cp" + py.replace(".", ""), "--abi", "abi3", "--abi", "none", "--index-url", index, *extra]
+    for tag in wheel_platforms(variant):
+        argv += ["--platform", tag]
+    if ca_bundle:
+        argv += ["--cert", str(ca_bundle)]
+    return argv
+
+
+def pip_env() -> dict[str, str]:
+    """The environment for ``target_pip``: the machine's pip configuration (extra indexes, global
+    constraints) must not leak into a lock or the source cache."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    return dict(env, PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+
+
+def resolve_pip(variant: "ResolvedVariant", *, pip_index: str | None = None, ca_bundle: Path | None = None) -> dict[str, Any]:
     index = pip_index or PYPI
     packages: dict[str, dict[str, str]] = {}
     py = variant.release.python
-    abi = "cp" + py.replace(".", "")
     for requirements, extra in pip_groups(variant):
         with tempfile.TemporaryDirectory(prefix="rlbox-lock-") as tmp:
             report = Path(tmp) / "report.json"
-            argv = [python or shutil.which("python3") or "python3", "-c", _PIP_FOR_TARGET, variant.arch, py,
-                    "install", "--dry-run", "--quiet",
-                    "--ignore-installed", "--report", str(report), "--target", str(Path(tmp) / "t"),
-                    "--timeout", "30", "--retries", "1",
-                    "--only-binary=:all:", "--python-version", py, "--implementation", "cp",
-                    "--abi", abi, "--abi", "abi3", "--abi", "none", "--index-url", index, *extra]
-            for tag in wheel_platforms(variant):
-                argv += ["--platform", tag]
-            if ca_bundle:
-                argv += ["--cert", str(ca_bundle)]
-            # The machine's pip configuration (extra indexes, global constraints) must not leak in.
-            env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
-            for key in [k for k in env if k.startswith("PIP_") and k not in ("PIP_CONFIG_FILE", "PIP_DISABLE_PIP_VERSION_CHECK")]:
-                env.pop(key)
+            argv = target_pip(variant, ["install", "--dry-run", "--ignore-installed", "--report", str(report),
+                                        "--target", str(Path(tmp) / "t"), "--timeout", "30", "--retries", "1"],
+                              index, extra, ca_bundle)
+            env = pip_env()
             proc = subprocess.run([*argv, *requirements], capture_output=True, text=True, env=env, timeout=900)
             if proc.returncode != 0 and _UNREACHABLE.search(proc.stderr):
                 indexes = [index, *(extra[i + 1] for i, a in enumerate(extra) if a == "--extra-index-url")]

@@ -128,24 +128,9 @@ def _build_requirements(v: ResolvedVariant, dest: Path) -> list[str]:
 
 
 def _pip(v: ResolvedVariant, command: list[str], profile: Profile | None, ca_bundle: Path | None) -> list[str]:
-    py = v.release.python
-    argv = ["python3", "-c", lockfile._PIP_FOR_TARGET, v.arch, py, *command, "--quiet", "--only-binary=:all:",
-            "--python-version", py, "--implementation", "cp", "--abi", "cp" + py.replace(".", ""),
-            "--abi", "abi3", "--abi", "none",
-            "--index-url", (profile.pip_index if profile and profile.pip_index else lockfile.PYPI)]
-    for c in v.components:
-        if c.spec.index_url:
-            argv += ["--extra-index-url", c.spec.index_url]
-    for tag in lockfile.wheel_platforms(v):
-        argv += ["--platform", tag]
-    if ca_bundle:
-        argv += ["--cert", str(ca_bundle)]
-    return argv
-
-
-def _pip_env() -> dict[str, str]:
-    env = {k: val for k, val in os.environ.items() if not k.startswith("PIP_")}
-    return dict(env, PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    index = profile.pip_index if profile and profile.pip_index else lockfile.PYPI
+    extra = [a for c in v.components if c.spec.index_url for a in ("--extra-index-url", c.spec.index_url)]
+    return lockfile.target_pip(v, command, index, extra, ca_bundle)
 
 
 def _fetch_wheels(v: ResolvedVariant, dest: Path, profile: Profile | None, ca_bundle: Path | None, echo) -> int:
@@ -155,12 +140,12 @@ def _fetch_wheels(v: ResolvedVariant, dest: Path, profile: Profile | None, ca_bu
     echo(f"wheels: {len(pins)} locked for {v.platform}, Python {v.release.python} -> {target.relative_to(dest.parent)}")
     if pins:
         _run([*_pip(v, ["download", "--no-deps", "--dest", target], profile, ca_bundle), *pins],
-             f"pip download of the locked wheels for {v.ref}", env=_pip_env())
+             f"pip download of the locked wheels for {v.ref}", env=lockfile.pip_env())
     build = _build_requirements(v, dest)
     if build:
         echo(f"wheels: build requirements of git sources: {' '.join(build)}")
         _run([*_pip(v, ["download", "--dest", target], profile, ca_bundle), *build],
-             f"pip download of build requirements ({' '.join(build)})", env=_pip_env())
+             f"pip download of build requirements ({' '.join(build)})", env=lockfile.pip_env())
     return len(list(target.glob("*.whl")))
 
 
