@@ -1,5 +1,5 @@
-"""Registry logic without an engine: references, challenges, credentials, and the Bearer token
-flow against a small token-auth registry served here."""
+"""Registry logic without an engine: references, challenges, credentials, host -> variant, label
+checks, and the Bearer token flow against a small token-auth registry served here."""
 
 from __future__ import annotations
 
@@ -13,10 +13,19 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from conftest import REPO
+from rlbox import doctor, matrix, sim, transfer
 from rlbox.errors import RlboxError
 from rlbox.registry import Credentials, Reference, Registry, credentials_for, parse_www_authenticate, scrub
+from rlbox.transfer import HostFacts
 
+SHA = "0123456789abcdef0123456789abcdef01234567"
 DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def m():
+    return matrix.load(REPO)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,6 +63,35 @@ def test_loopback_is_http_and_others_https():
     assert Registry("localhost", credentials=None).base == "http://localhost"
     assert Registry("swr.cn-south-1.myhuaweicloud.com", credentials=None).base == "https://swr.cn-south-1.myhuaweicloud.com"
     assert Registry("10.0.0.5:5000", insecure=True, credentials=None).base == "http://10.0.0.5:5000"
+
+
+def test_registry_flag_replaces_the_host_and_keeps_the_path(m):
+    v = m.get("verl_pt27_25rc3:a3-arm")
+    assert str(transfer.remote_for(v.image, "127.0.0.1:5000")) == "127.0.0.1:5000/ascendhub/verl_pt27_25rc3:a3-arm"
+    assert str(transfer.remote_for(v.image, None)) == v.image
+    assert str(transfer.repository_for(m, "verl_pt27_25rc3", "127.0.0.1:5000")) == "127.0.0.1:5000/ascendhub/verl_pt27_25rc3"
+    assert str(transfer.repository_for(m, "verl_pt27_25rc3", None)) == "swr.cn-south-1.myhuaweicloud.com/ascendhub/verl_pt27_25rc3"
+    with pytest.raises(RlboxError, match="HOST\\[:PORT\\]"):
+        transfer.remote_for(v.image, "127.0.0.1:5000/other")
+    with pytest.raises(RlboxError, match="no registry host"):
+        transfer.remote_for("rlbox-test-reg/src:one", None)
+    with pytest.raises(RlboxError, match="not a tag"):
+        transfer.repository_for(m, "127.0.0.1:5000/a/b:t", None)
+
+
+def test_pull_target_forms(m):
+    facts = HostFacts("linux/amd64", "910B3")
+    t = transfer.pull_target(m, "verl_pt27_25rc3:ax-x86@" + DIGEST, hardware=None, release=None,
+                             registry_host="127.0.0.1:5000", facts=facts)
+    assert str(t.remote) == f"127.0.0.1:5000/ascendhub/verl_pt27_25rc3@{DIGEST}" and t.variant.name == "ax-x86"
+    t = transfer.pull_target(m, "127.0.0.1:5000/x/y", hardware=None, release=None, registry_host=None, facts=facts)
+    assert str(t.remote) == "127.0.0.1:5000/x/y:latest" and t.variant is None
+    t = transfer.pull_target(m, None, hardware="auto", release="verl_pt27_cann82rc1", registry_host=None, facts=facts)
+    assert t.variant.ref == "verl_pt27_cann82rc1:ax-x86"
+    with pytest.raises(RlboxError, match="several releases fit this host"):
+        transfer.pull_target(m, None, hardware="auto", release=None, registry_host=None, facts=facts)
+    with pytest.raises(RlboxError, match="not both"):
+        transfer.pull_target(m, "verl_pt27_25rc3:ax-x86", hardware="auto", release=None, registry_host=None, facts=facts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,6 +150,88 @@ def test_scrub_blanks_passwords():
     creds = Credentials("u", "hunter22", "environment")
     b64 = base64.b64encode(b"u:hunter22").decode()
     assert scrub(f"failed with hunter22 and {b64}", creds) == "failed with *** and ***"
+
+
+# ---------------------------------------------------------------------------------------------
+def test_immutable_tag_needs_a_commit():
+    assert transfer.immutable_tag("a3-arm", SHA) == "a3-arm-0123456789ab"
+    with pytest.raises(RlboxError, match="uncommitted changes.*--immutable-tag"):
+        transfer.immutable_tag("a3-arm", SHA + "-dirty")
+    with pytest.raises(RlboxError, match="'unknown', not a commit"):
+        transfer.immutable_tag("a3-arm", "unknown")
+    with pytest.raises(RlboxError, match="missing"):
+        transfer.immutable_tag("a3-arm", None)
+
+
+# ---------------------------------------------------------------------------------------------
+def test_npu_smi_stand_in_names_the_chip(tmp_path, monkeypatch):
+    for hardware, chip in (("a2", "910B3"), ("a3", "Ascend910")):
+        folder = sim.write_stand_ins(tmp_path / hardware, hardware, 8 if hardware == "a2" else 16, "25.3.rc1")
+        monkeypatch.setenv(doctor.NPU_SMI_ENV, str(folder / "npu-smi"))
+        assert doctor.local_chip() == (chip, "")
+    monkeypatch.setenv(doctor.NPU_SMI_ENV, str(tmp_path / "absent" / "npu-smi"))
+    chip, problem = doctor.local_chip()
+    assert chip is None and "not found" in problem
+
+
+def test_chip_to_hardware(m):
+    assert transfer.hardware_for_chip(m.hardware, "910B3") == ["a2", "ax"]
+    assert transfer.hardware_for_chip(m.hardware, "Ascend910") == ["a3"]
+    assert transfer.hardware_for_chip(m.hardware, "310P3") == []
+
+
+@pytest.mark.parametrize("platform,chip,variant", [
+    ("linux/amd64", "910B3", "ax-x86"),
+    ("linux/arm64", "910B3", "a2-arm"),
+    ("linux/arm64", "910B4", "a2-arm"),
+    ("linux/arm64", "Ascend910", "a3-arm"),
+])
+def test_host_picks_its_variant(m, platform, chip, variant):
+    assert transfer.choose_variant(m, "verl_pt27_25rc3", HostFacts(platform, chip)).name == variant
+
+
+def test_host_without_a_variant_is_one_line(m):
+    with pytest.raises(RlboxError) as info:
+        transfer.choose_variant(m, "verl_pt27_25rc3", HostFacts("linux/amd64", "Ascend910"))
+    assert "no variant for this host (linux/amd64, npu-smi chip Ascend910: hardware a3)" in str(info.value)
+    with pytest.raises(RlboxError, match="cannot tell this host's NPU: npu-smi not found"):
+        transfer.pull_target(m, None, hardware="auto", release="verl_pt27_25rc3", registry_host=None,
+                             facts=HostFacts("linux/amd64", None, "npu-smi not found"))
+
+
+def test_variant_fit(m):
+    x86 = HostFacts("linux/amd64", "910B3")
+    assert transfer.variant_misfit(m, m.get("verl_pt27_25rc3:ax-x86"), x86) is None
+    msg = transfer.variant_misfit(m, m.get("verl_pt27_25rc3:a2-arm"), x86)
+    assert "verl_pt27_25rc3:a2-arm is linux/arm64" in msg and "this host is linux/amd64" in msg
+    assert "pull verl_pt27_25rc3:ax-x86 instead" in msg
+    msg = transfer.variant_misfit(m, m.get("verl_pt27_25rc3:ax-x86"), HostFacts("linux/amd64", "Ascend910"))
+    assert "is for chip 910B" in msg and "npu-smi reports Ascend910" in msg
+    # no npu-smi: the platform is still checked, the chip is not
+    assert transfer.variant_misfit(m, m.get("verl_pt27_25rc3:ax-x86"), HostFacts("linux/amd64", None, "x")) is None
+    # a simulation image runs on any chip
+    assert transfer.variant_misfit(m, m.get("rlbox_sim:amd64"), HostFacts("linux/amd64", "Ascend910")) is None
+
+
+def _attrs(arch, **labels):
+    return {"Architecture": arch, "Os": "linux", "Config": {"Labels": {f"io.rlbox.{k}": v for k, v in labels.items()}}}
+
+
+def test_pulled_image_label_checks(m):
+    v = m.get("verl_pt27_25rc3:ax-x86")
+    x86 = HostFacts("linux/amd64", "910B3")
+    good = _attrs("amd64", release="verl_pt27_25rc3", variant="ax-x86", platform="linux/amd64", chip="910b")
+    assert transfer.image_problems(good, v, x86, m.hardware) == ([], [])
+    wrong, _ = transfer.image_problems(_attrs("amd64", platform="linux/arm64"), None, x86, m.hardware)
+    assert wrong == ["labelled io.rlbox.platform=linux/arm64 but its architecture is amd64"]
+    wrong, _ = transfer.image_problems(_attrs("amd64", variant="a3-arm", chip="a3", platform="linux/amd64"), v, x86, m.hardware)
+    assert wrong == ["labelled io.rlbox.variant=a3-arm, but verl_pt27_25rc3:ax-x86 is ax-x86",
+                     "labelled io.rlbox.chip=a3, but verl_pt27_25rc3:ax-x86 is 910b"]
+    _, misfit = transfer.image_problems(_attrs("arm64", platform="linux/arm64", chip="a3"), None, x86, m.hardware)
+    assert misfit == ["it is linux/arm64, this host is linux/amd64",
+                      "it is for chip a3 (Ascend910), this host's npu-smi reports 910B3"]
+    # no labels at all (not built by rlbox): only the architecture counts
+    assert transfer.image_problems({"Architecture": "amd64", "Os": "linux", "Config": {}}, None, x86, m.hardware) == ([], [])
 
 
 # ---------------------------------------------------------------------------------------------
