@@ -209,8 +209,11 @@ def test_variant_fit(m):
     assert "is for chip 910B" in msg and "npu-smi reports Ascend910" in msg
     # no npu-smi: the platform is still checked, the chip is not
     assert transfer.variant_misfit(m, m.get("verl_pt27_25rc3:ax-x86"), HostFacts("linux/amd64", None, "x")) is None
-    # a simulation image runs on any chip
+    # a simulation image runs on any chip; the other platform's is pointed to by its hardware
     assert transfer.variant_misfit(m, m.get("rlbox_sim:amd64"), HostFacts("linux/amd64", "Ascend910")) is None
+    msg = transfer.variant_misfit(m, m.get("rlbox_sim:arm64"), HostFacts("linux/amd64", None, "no npu-smi"))
+    assert msg == ("rlbox_sim:arm64 is linux/arm64 (hardware sim), this host is linux/amd64: pull rlbox_sim:amd64 "
+                   "instead; --force pulls it anyway")
 
 
 def _attrs(arch, **labels):

@@ -126,7 +126,7 @@ def images_tags(repository: str, registry_host: str | None, insecure: bool, as_j
     repo = transfer.repository_for(_matrix_if_any(), repository, registry_host)
     reg = registry_mod.Registry(repo.registry, insecure=insecure)
     rows = []
-    for tag in reg.tags(repo.api_repository):
+    for tag in sorted(reg.tags(repo.api_repository)):
         digest, configs = reg.configs(repo.with_tag(tag))
         for cfg in configs:
             labels = cfg.labels

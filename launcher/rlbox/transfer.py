@@ -64,21 +64,24 @@ def _chip_fits(hw: Hardware, hardware: dict[str, Hardware], chip: str) -> bool:
 def variant_misfit(m: Matrix, variant: ResolvedVariant, facts: HostFacts) -> str | None:
     """Why ``variant`` cannot run on this host (one line), or None."""
     if variant.platform != facts.platform:
-        better = _suggest(m, variant.release.release, facts)
-        return (f"{variant.ref} is {variant.platform} ({variant.hardware.description}), this host is "
-                f"{facts.platform}{better}; --force pulls it anyway")
+        return (f"{variant.ref} is {variant.platform} (hardware {variant.hardware_name}), this host is "
+                f"{facts.platform}{_suggest(m, variant, facts)}; --force pulls it anyway")
     if facts.chip and not _chip_fits(variant.hardware, m.hardware, facts.chip):
-        better = _suggest(m, variant.release.release, facts)
-        return (f"{variant.ref} is for chip {variant.hardware.npu_smi_chip} ({variant.hardware.description}), "
-                f"this host's npu-smi reports {facts.chip}{better}; --force pulls it anyway")
+        return (f"{variant.ref} is for chip {variant.hardware.npu_smi_chip} (hardware {variant.hardware_name}), "
+                f"this host's npu-smi reports {facts.chip}{_suggest(m, variant, facts)}; --force pulls it anyway")
     return None
 
 
-def _suggest(m: Matrix, release: str, facts: HostFacts) -> str:
+def _suggest(m: Matrix, variant: ResolvedVariant, facts: HostFacts) -> str:
+    """The variant of the same release that fits: by chip and platform, else (no npu-smi, or a
+    simulation image) the same hardware on this host's platform."""
     try:
-        return f": pull {choose_variant(m, release, facts).ref} instead"
+        return f": pull {choose_variant(m, variant.release.release, facts).ref} instead"
     except RlboxError:
-        return ""
+        pass
+    same = [v for v in m.variants if v.release.release == variant.release.release
+            and v.hardware_name == variant.hardware_name and v.platform == facts.platform]
+    return f": pull {same[0].ref} instead" if same else ""
 
 
 def choose_variant(m: Matrix, release: str, facts: HostFacts) -> ResolvedVariant:
@@ -298,7 +301,7 @@ def push(plan: PushPlan, client, *, insecure: bool = False, echo: Echo = lambda 
     digests = {}
     added = []  # names tagged only to push: removed again, the engine keeps the names it had
     try:
-        for tag in plan.tags:
+        for n, tag in enumerate(plan.tags):
             name = f"{plan.repository.name}:{tag}"
             if _image_id(client, name) is None:
                 added.append(name)
@@ -306,7 +309,8 @@ def push(plan: PushPlan, client, *, insecure: bool = False, echo: Echo = lambda 
             echo(f"pushing {name}")
             try:
                 lines = client.api.push(plan.repository.name, tag=tag, stream=True, decode=True, auth_config=auth)
-                digest, _ = _stream(lines, host, f"push {name}", creds, echo)
+                # layer lines for the first tag only: the others find every layer there
+                digest, _ = _stream(lines, host, f"push {name}", creds, echo if n == 0 else lambda _: None)
             except APIError as err:
                 raise engine_error(host, f"push {name}", err.explanation or str(err), creds) from None
             if not digest:
@@ -445,7 +449,7 @@ def pull(target: PullTarget, client, *, facts: HostFacts, hardware: dict[str, Ha
     local = str(remote)
     before = _image_id(client, local)
     _login(client, host, creds)
-    echo(f"pulling {local} ({digest})")
+    echo(f"pulling {local}" + ("" if remote.digest else f" ({digest})"))
     try:
         lines = client.api.pull(remote.name, tag=remote.target, stream=True, decode=True,
                                 auth_config=creds.auth_config() if creds else None)
