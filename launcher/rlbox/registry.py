@@ -297,10 +297,6 @@ class Manifest:
     def config_digest(self) -> str:
         return self.image["config"]["digest"]
 
-    @property
-    def size(self) -> int:
-        return sum(layer.get("size", 0) for layer in self.image.get("layers", [])) + self.image["config"].get("size", 0)
-
 
 @dataclass(frozen=True)
 class ImageConfig:
@@ -605,8 +601,3 @@ def scrub(text: str, credentials: Credentials | None) -> str:
                 text = text.replace(s, "***")
     return text
 
-
-def client_for(ref: Reference, insecure: bool = False) -> Registry:
-    if not ref.registry:
-        raise RlboxError(f"{ref}: no registry host in the reference; give HOST[:PORT]/PATH or --registry HOST")
-    return Registry(ref.registry, insecure=insecure)
