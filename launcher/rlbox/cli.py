@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,29 @@ def _matrix() -> matrix.Matrix:
     return matrix.load(find_root())
 
 
+def _matrix_if_any() -> matrix.Matrix | None:
+    """The matrix when there is an rlbox tree (commands that also take plain image names)."""
+    if os.environ.get("RLBOX_ROOT"):
+        return _matrix()
+    try:
+        root = find_root()
+    except RlboxError:
+        return None
+    return matrix.load(root)
+
+
+def _note(line: str) -> None:
+    err.print(f"rlbox: {line}", markup=False, highlight=False)
+
+
+REGISTRY = click.option("--registry", "registry_host", metavar="HOST[:PORT]",
+                        help="Registry host to use instead of the one in the name or the release's "
+                             "image.registry; the repository path is kept.")
+INSECURE = click.option("--insecure", is_flag=True,
+                        help="rlbox's own registry requests over plain http (loopback registries always are); "
+                             "the engine's push/pull needs the registry in its insecure-registries as well.")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="rlbox")
 def cli():
@@ -47,7 +71,7 @@ def cli():
 # ---------------------------------------------------------------------------------------------
 @cli.group()
 def images():
-    """The version matrix: releases x hardware variants."""
+    """The version matrix (releases x hardware variants) and what a registry holds of it."""
 
 
 @images.command("list")
@@ -82,6 +106,50 @@ def images_list(as_json: bool):
     table = Table("RELEASE:VARIANT", "HW", "PLATFORM", "CANN", "PY", "IMAGE", box=None)
     for r in rows:
         table.add_row(r["ref"], r["hardware"], r["platform"], r["cann"], r["python"], r["tag"])
+    out.print(table)
+
+
+@images.command("tags")
+@click.argument("repository")
+@REGISTRY
+@INSECURE
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable: every tag with its digest and labels.")
+def images_tags(repository: str, registry_host: str | None, insecure: bool, as_json: bool):
+    """List a repository's tags (registry v2 API) with digests and io.rlbox.* labels.
+
+    REPOSITORY is HOST[:PORT]/PATH, or a release of the matrix (its image.registry and name).
+    Credentials: RLBOX_REGISTRY_USER / RLBOX_REGISTRY_PASSWORD, else the Docker config.
+    """
+    from . import registry as registry_mod
+    from . import transfer
+
+    repo = transfer.repository_for(_matrix_if_any(), repository, registry_host)
+    reg = registry_mod.Registry(repo.registry, insecure=insecure)
+    rows = []
+    for tag in sorted(reg.tags(repo.api_repository)):
+        digest, configs = reg.configs(repo.with_tag(tag))
+        for cfg in configs:
+            labels = cfg.labels
+            rows.append({
+                "tag": tag,
+                "reference": f"{repo.name}@{digest}",
+                "digest": digest,
+                "architecture": cfg.platform,
+                "release": labels.get("io.rlbox.release"),
+                "variant": labels.get("io.rlbox.variant"),
+                "hardware": labels.get("io.rlbox.hardware"),
+                "platform": labels.get("io.rlbox.platform"),
+                "revision": labels.get("org.opencontainers.image.revision"),
+                "labels": {k: v for k, v in labels.items() if k.startswith("io.rlbox.")},
+            })
+    if as_json:
+        click.echo(json.dumps({"repository": repo.name, "tags": rows}, indent=2))
+        return
+    table = Table("TAG", "DIGEST", "RELEASE:VARIANT", "HW", "PLATFORM", box=None)
+    for r in rows:
+        ref = f"{r['release']}:{r['variant']}" if r["release"] else "-"
+        table.add_row(r["tag"], r["digest"], ref, r["hardware"] or "-", r["platform"] or r["architecture"])
+    out.print(f"{repo.name}: {len({r['tag'] for r in rows})} tag(s)")
     out.print(table)
 
 
@@ -333,6 +401,79 @@ def diff_cmd(image_a: str, image_b: str, as_json: bool):
         for line in diff_mod.lines(comparison):
             click.echo(line)
     sys.exit(0 if comparison.identical else 1)
+
+# ---------------------------------------------------------------------------------------------
+@cli.command("push")
+@click.argument("ref", metavar="RELEASE:VARIANT|IMAGE")
+@REGISTRY
+@click.option("--tag", "extra_tags", multiple=True, metavar="EXTRA", help="Push under this tag as well (repeatable).")
+@click.option("--immutable-tag", metavar="TAG", help="The immutable tag to push instead of TAG-<commit12>.")
+@click.option("--no-immutable-tag", is_flag=True, help="Push without an immutable tag (e.g. a build from uncommitted changes).")
+@INSECURE
+def push_cmd(ref, registry_host, extra_tags, immutable_tag, no_immutable_tag, insecure):
+    """Push a local image under its tag and an immutable TAG-<commit12> tag; print its digest.
+
+    \b
+    The immutable tag carries the rlbox commit the image was built from (its
+    org.opencontainers.image.revision label); an image built from uncommitted changes gets
+    none unless given with --immutable-tag. An immutable tag already in the registry for
+    another image is refused. Credentials: RLBOX_REGISTRY_USER / RLBOX_REGISTRY_PASSWORD (the
+    engine logs in with them), else the Docker config (docker login).
+    \b
+    rlbox push verl_pt27_25rc3:a3-arm
+    rlbox push verl_pt27_25rc3:a3-arm --registry 127.0.0.1:5000 --tag latest-a3
+    """
+    from . import transfer
+
+    client = provenance.docker_client()
+    plan = transfer.plan_push(_matrix_if_any(), ref, client, registry_host=registry_host, extra_tags=extra_tags,
+                              immutable=immutable_tag, no_immutable=no_immutable_tag)
+    digest = transfer.push(plan, client, insecure=insecure, echo=_note)
+    for tag in plan.tags:
+        _note(f"pushed {plan.repository.name}:{tag}")
+    click.echo(f"{plan.repository.name}@{digest}")
+
+
+@cli.command("pull")
+@click.argument("ref", required=False, metavar="[RELEASE:VARIANT|IMAGE[@sha256:...]]")
+@click.option("--hardware", type=click.Choice(["auto", "a2", "a3", "ax"]),
+              help="Pull the release's variant for this hardware; auto: this host's architecture and npu-smi chip.")
+@click.option("--release", help="Release for --hardware (default: the only one with a variant for it).")
+@REGISTRY
+@click.option("--force", is_flag=True, help="Pull a variant whose platform or chip does not fit this host "
+                                            "(a mislabeled image is still refused).")
+@INSECURE
+def pull_cmd(ref, hardware, release, registry_host, force, insecure):
+    """Pull an image by tag or digest, or the variant for this host; refuse what does not fit.
+
+    \b
+    Before pulling a variant, its platform and chip are checked against this host
+    (platform.machine(), `npu-smi info`, or the command in RLBOX_NPU_SMI). After pulling, the
+    image's Architecture and io.rlbox.platform / io.rlbox.chip labels are checked again: an
+    image that does not fit, or whose labels disagree with it or with the variant asked for,
+    is removed again.
+    \b
+    rlbox pull --hardware auto --release verl_pt27_25rc3
+    rlbox pull verl_pt27_25rc3:a3-arm --registry 127.0.0.1:5000
+    rlbox pull 127.0.0.1:5000/ascendhub/verl_pt27_25rc3@sha256:...
+    """
+    from . import transfer
+
+    m = _matrix_if_any()
+    facts = transfer.host_facts()
+    target = transfer.pull_target(m, ref, hardware=hardware, release=release, registry_host=registry_host, facts=facts)
+    warnings = transfer.precheck(m, target, facts, force)
+    for w in warnings:
+        _note(f"warning: {w}")
+    client = provenance.docker_client()
+    pulled = transfer.pull(target, client, facts=facts, hardware=m.hardware if m else {}, insecure=insecure,
+                           force=force, echo=_note)
+    for w in pulled.warnings:
+        _note(f"warning: {w}")
+    what = f" ({target.variant.ref}, {target.variant.hardware_name}, {target.variant.platform})" if target.variant else ""
+    _note(f"pulled {pulled.local}{what}" + (f"; also tagged {pulled.also_tagged}" if pulled.also_tagged else ""))
+    click.echo(pulled.reference)
+
 
 # ---------------------------------------------------------------------------------------------
 RUNS_DIR = click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,

@@ -9,6 +9,7 @@ else (ports, limits, shared memory, disk, image, paths) is the machine's own.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -21,8 +22,35 @@ from .hosts import Node, connect, on_every, ssh_base, ssh_target
 from .plan import LABEL_RUN, NodePlan, RunPlan
 
 CHIP_HARDWARE = (("Ascend910", "a3"), ("910B", "a2"))  # npu-smi Name column -> hardware
+NPU_SMI_ENV = "RLBOX_NPU_SMI"  # the npu-smi command on this machine (tests point it at a stand-in)
 SHM_MIN_GIB = 4
 DISK_MIN_GIB = 20
+
+
+def npu_smi_argv() -> list[str]:
+    """`npu-smi info` on this machine: ``$RLBOX_NPU_SMI`` (a command, split like a shell) or npu-smi."""
+    return [*shlex.split(os.environ.get(NPU_SMI_ENV) or "npu-smi"), "info"]
+
+
+def chip_name(table: str) -> str | None:
+    """The Name column of the first NPU row of `npu-smi info` (910B3, Ascend910, ...)."""
+    names = re.findall(r"^\|\s*\d+\s+(\S+)\s+\|\s*(?:OK|Warning|Alarm|Critical)", table, re.M)
+    return names[0] if names else None
+
+
+def local_chip() -> tuple[str | None, str]:
+    """This machine's NPU chip from `npu-smi info`: (chip, "") or (None, why not)."""
+    argv = npu_smi_argv()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return None, f"{argv[0]} not found (no Ascend driver on this host?)"
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return None, f"{shlex.join(argv)} failed: {err}"
+    if proc.returncode != 0:
+        return None, f"{shlex.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:200]}"
+    chip = chip_name(proc.stdout)
+    return (chip, "") if chip else (None, f"{shlex.join(argv)} printed no NPU row")
 
 
 @dataclass(frozen=True)
@@ -74,7 +102,10 @@ class HostView:
         return sorted(n for n in names if re.fullmatch(r"davinci\d+", n))
 
     def npu_smi(self) -> str:
-        argv = [str(self.stand_ins / "npu-smi"), "info"] if self.stand_ins is not None else ["npu-smi", "info"]
+        if self.stand_ins is not None:
+            argv = [str(self.stand_ins / "npu-smi"), "info"]
+        else:
+            argv = npu_smi_argv() if self.host.local else ["npu-smi", "info"]
         try:
             proc = self.run(argv)
         except (OSError, subprocess.TimeoutExpired) as err:
@@ -119,8 +150,7 @@ def _checks(view: HostView, plan: RunPlan, replace: bool) -> list[Check]:
     if table.startswith("ERROR"):
         add("npu-smi", False, table[6:] or "npu-smi failed", "install the driver's npu-smi at /usr/local/bin/npu-smi")
     else:
-        names = re.findall(r"^\|\s*\d+\s+(\S+)\s+\|\s*(?:OK|Warning|Alarm|Critical)", table, re.M)
-        chip = names[0] if names else "unknown"
+        chip = chip_name(table) or "unknown"
         seen_hw = next((hw for prefix, hw in CHIP_HARDWARE if chip.startswith(prefix)), None)
         fits = seen_hw == plan.hardware or (seen_hw == "a2" and plan.hardware == "ax")
         add("chip", fits, f"npu-smi reports {chip} ({(seen_hw or '?').upper()}); image hardware {plan.hardware}",
