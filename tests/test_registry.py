@@ -10,6 +10,7 @@ round trip and the checks on labels and architecture, not the image's contents.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import platform as _platform
@@ -445,3 +446,68 @@ def test_multi_platform_index(registry, tree, pushed, npu_smi):
     proc = rlbox("pull", f"{registry}/rlbox-test-reg/verl:multi", env=env(npu_smi=npu_smi))
     assert proc.returncode == 0, proc.stderr
     assert local(f"{registry}/rlbox-test-reg/verl:multi").id == pushed[HOST_VARIANT][0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The image pipeline against the registry: a lock pins the base by its registry digest, and
+# `rlbox diff` reads an image's records from the registry without pulling it.
+
+
+def test_diff_reads_the_records_from_the_registry(registry, selftest_image):
+    _, image, _ = selftest_image
+    remote = f"{registry}/rlbox-test/selftest:diff"
+    proc = rlbox("push", image, "--registry", registry, "--no-immutable-tag", "--tag", "diff", env=env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pushed = proc.stdout.strip()
+    for name in docker.from_env().images.get(image).tags:
+        if name.startswith(f"{registry}/"):
+            docker.from_env().images.remove(name)  # not on the engine: read from the registry only
+    proc = rlbox("diff", remote, image, env=env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"--- {remote} (registry, {pushed.split('@')[1][:19]})" in proc.stdout
+    for section in ("components", "patches", "python packages", "os packages"):
+        assert f"{section}: no change (" in proc.stdout
+    data = json.loads(rlbox("diff", remote, image, "--json", env=env()).stdout)
+    assert data["identical"] and data["os_packages"]["unchanged"] > 100
+    proc = rlbox("diff", remote, image, env=env(password="wrong-" + PASSWORD))
+    assert proc.returncode == 2 and "authentication failed" in proc.stderr and PASSWORD not in proc.stderr
+
+
+def test_lock_pins_the_base_by_its_registry_digest(registry, tmp_path, fixture_git, ca_bundle, engine, monkeypatch):
+    import selftest
+
+    # Logged in the way CI's docker/login-action leaves it: the Docker config. The lock (run in
+    # this process by selftest.make_tree) and BuildKit's pull of the base both use it.
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    (config / "config.json").write_text(json.dumps({"auths": {registry: {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    base = f"{registry}/rlbox-test/cann-sim"
+    proc = rlbox("push", selftest.CANN_SIM_IMAGE, "--registry", registry, "--no-immutable-tag", env=env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    digest = proc.stdout.strip().split("@")[1]
+    repo, daemon = fixture_git
+
+    def from_registry(data):
+        data["base"] = {"image": base, "tag": "bookworm"}
+
+    tree = selftest.make_tree(tmp_path / "rlbox", daemon.url("fixture.git"), repo.commit,
+                              selftest.fixture_patches(repo), ca_bundle, edit=from_registry)
+    locked = json.loads((tree / "images" / "lock" / "selftest.json").read_text())["variants"][selftest.VARIANT]
+    assert locked["base"]["image"] == f"{base}:bookworm" and locked["base"]["digest"] == digest
+    text = (tree / "dockerfiles" / "selftest" / selftest.VARIANT / "Dockerfile").read_text()
+    assert f"ARG BASE_IMAGE={base}:bookworm@{digest}\n" in text
+    tag = "localhost/rlbox-test/selftest:base-digest"
+    for name in docker.from_env().images.get(selftest.CANN_SIM_IMAGE).tags:
+        if name.startswith(f"{registry}/"):
+            docker.from_env().images.remove(name)  # FROM ...@digest comes from the registry itself
+    proc = rlbox(*selftest.build_argv(tree, ca_bundle, "--tag", tag)[1:], cwd=tree, env={"DOCKER_CONFIG": str(config)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = docker.from_env()
+    try:
+        labels = client.images.get(tag).labels
+        assert labels["io.rlbox.base.digest"] == digest
+        assert labels["org.opencontainers.image.base.name"] == f"{base}:bookworm@{digest}"
+    finally:
+        client.images.remove(tag, force=True)

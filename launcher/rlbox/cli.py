@@ -53,6 +53,8 @@ def _note(line: str) -> None:
 REGISTRY = click.option("--registry", "registry_host", metavar="HOST[:PORT]",
                         help="Registry host to use instead of the one in the name or the release's "
                              "image.registry; the repository path is kept.")
+MIRROR = click.option("--mirror", "mirror", metavar="PROFILE",
+                      help="Mirror profile from images/mirrors.yaml whose registry to use (cn: SWR, intl: quay.io).")
 INSECURE = click.option("--insecure", is_flag=True,
                         help="rlbox's own registry requests over plain http (loopback registries always are); "
                              "the engine's push/pull needs the registry in its insecure-registries as well.")
@@ -402,6 +404,14 @@ def diff_cmd(image_a: str, image_b: str, as_json: bool):
             click.echo(line)
     sys.exit(0 if comparison.identical else 1)
 
+def _profile(m, name: str | None):
+    if name is None:
+        return None
+    if m is None:
+        raise RlboxError(f"--mirror {name} needs images/mirrors.yaml (an rlbox tree or RLBOX_ROOT)")
+    return mirrors_mod.get(m.root, name)
+
+
 # ---------------------------------------------------------------------------------------------
 @cli.command("push")
 @click.argument("ref", metavar="RELEASE:VARIANT|IMAGE")
@@ -409,8 +419,9 @@ def diff_cmd(image_a: str, image_b: str, as_json: bool):
 @click.option("--tag", "extra_tags", multiple=True, metavar="EXTRA", help="Push under this tag as well (repeatable).")
 @click.option("--immutable-tag", metavar="TAG", help="The immutable tag to push instead of TAG-<commit12>.")
 @click.option("--no-immutable-tag", is_flag=True, help="Push without an immutable tag (e.g. a build from uncommitted changes).")
+@MIRROR
 @INSECURE
-def push_cmd(ref, registry_host, extra_tags, immutable_tag, no_immutable_tag, insecure):
+def push_cmd(ref, registry_host, extra_tags, immutable_tag, no_immutable_tag, mirror, insecure):
     """Push a local image under its tag and an immutable TAG-<commit12> tag; print its digest.
 
     \b
@@ -426,8 +437,9 @@ def push_cmd(ref, registry_host, extra_tags, immutable_tag, no_immutable_tag, in
     from . import transfer
 
     client = provenance.docker_client()
-    plan = transfer.plan_push(_matrix_if_any(), ref, client, registry_host=registry_host, extra_tags=extra_tags,
-                              immutable=immutable_tag, no_immutable=no_immutable_tag)
+    m = _matrix_if_any()
+    plan = transfer.plan_push(m, ref, client, registry_host=registry_host, extra_tags=extra_tags,
+                              immutable=immutable_tag, no_immutable=no_immutable_tag, mirror=_profile(m, mirror))
     digest = transfer.push(plan, client, insecure=insecure, echo=_note)
     for tag in plan.tags:
         _note(f"pushed {plan.repository.name}:{tag}")
@@ -442,8 +454,9 @@ def push_cmd(ref, registry_host, extra_tags, immutable_tag, no_immutable_tag, in
 @REGISTRY
 @click.option("--force", is_flag=True, help="Pull a variant whose platform or chip does not fit this host "
                                             "(a mislabeled image is still refused).")
+@MIRROR
 @INSECURE
-def pull_cmd(ref, hardware, release, registry_host, force, insecure):
+def pull_cmd(ref, hardware, release, registry_host, force, mirror, insecure):
     """Pull an image by tag or digest, or the variant for this host; refuse what does not fit.
 
     \b
@@ -461,7 +474,8 @@ def pull_cmd(ref, hardware, release, registry_host, force, insecure):
 
     m = _matrix_if_any()
     facts = transfer.host_facts()
-    target = transfer.pull_target(m, ref, hardware=hardware, release=release, registry_host=registry_host, facts=facts)
+    target = transfer.pull_target(m, ref, hardware=hardware, release=release, registry_host=registry_host, facts=facts,
+                                  mirror=_profile(m, mirror))
     warnings = transfer.precheck(m, target, facts, force)
     for w in warnings:
         _note(f"warning: {w}")

@@ -168,19 +168,27 @@ def resolve_base(image: str) -> dict[str, Any]:
             name, _, digest = ref.partition("@")
             if name == repo:
                 return {"image": image, "digest": digest, "note": "registry digest of the local copy"}
-    proc = subprocess.run([docker, "buildx", "imagetools", "inspect", "--format", "{{json .Manifest}}", image],
-                          capture_output=True, text=True, timeout=120)
-    if proc.returncode == 0:
+    from .registry import Reference, Registry
+
+    ref = Reference.parse(image)
+    if ref.registry:  # the registry's own answer (Registry v2 API, with the credentials rlbox uses)
         try:
-            digest = json.loads(proc.stdout)["digest"]
-            return {"image": image, "digest": digest, "note": "registry manifest digest"}
-        except (ValueError, KeyError):
+            return {"image": image, "digest": Registry(ref.registry).digest(ref), "note": "registry manifest digest"}
+        except RlboxError:
             pass
+    else:
+        proc = subprocess.run([docker, "buildx", "imagetools", "inspect", "--format", "{{json .Manifest}}", image],
+                              capture_output=True, text=True, timeout=120)
+        if proc.returncode == 0:
+            try:
+                return {"image": image, "digest": json.loads(proc.stdout)["digest"], "note": "registry manifest digest"}
+            except (ValueError, KeyError):
+                pass
     local = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True)
     if local.returncode == 0:
         return {"image": image, "digest": None,
                 "note": "local image with no registry digest (made on this machine, e.g. by tools/make-base-image.sh)"}
-    host = image.split("/", 1)[0] if "/" in image and ("." in image.split("/", 1)[0] or ":" in image.split("/", 1)[0]) else "docker.io"
+    host = ref.registry or "docker.io"
     return {"image": image, "digest": None, "note": f"{host} not reachable from the machine that locked; lock again where it is"}
 
 

@@ -87,9 +87,50 @@ def inspect(image: str, client=None) -> dict[str, Any]:
 
 
 def record(image: str, client=None):
-    """What ``image`` records about itself (for `rlbox diff`), from the local engine."""
+    """What ``image`` records about itself (for `rlbox diff`): from the local engine when it has
+    the image, otherwise from its registry (config labels, and the small last layers that hold
+    /etc/rlbox/image.json and /etc/rlbox/sbom.json; nothing else is downloaded)."""
     from .diff import Record
+    from .registry import Reference
 
-    info = inspect(image, client)
+    try:
+        info = inspect(image, client)
+    except RlboxError:
+        ref = Reference.parse(image)
+        if not ref.registry:
+            raise
+        return _registry_record(ref)
     digest = next((d.split("@", 1)[1] for d in info["repo_digests"]), None)
     return Record(image, "local", info["labels"], info["manifest"], info["sbom"], digest)
+
+
+_PROVENANCE_LAYER_MAX = 16 * 1024 * 1024  # image.json and sbom.json layers are kilobytes
+_PROVENANCE_LAYERS = 6  # how far from the top to look (an image built FROM an rlbox one adds layers)
+
+
+def _registry_record(ref):
+    from .diff import Record
+    from .registry import Registry
+
+    reg = Registry(ref.registry)
+    manifest = reg.manifest(ref)
+    config = reg.config(ref)
+    wanted = {MANIFEST_PATH.lstrip("/"): None, SBOM_PATH.lstrip("/"): None}
+    for layer in list(reversed(manifest.image.get("layers", [])))[:_PROVENANCE_LAYERS]:
+        if all(v is not None for v in wanted.values()):
+            break
+        if layer.get("size", 0) > _PROVENANCE_LAYER_MAX or "zstd" in layer.get("mediaType", ""):
+            continue
+        try:
+            tar = tarfile.open(fileobj=io.BytesIO(reg.blob(ref, layer["digest"])), mode="r:*")
+        except tarfile.TarError:
+            continue
+        with tar:
+            for member in tar.getmembers():
+                name = member.name.lstrip("./")
+                if name in wanted and wanted[name] is None and member.isfile():
+                    wanted[name] = tar.extractfile(member).read()
+    shown = f"{ref}"
+    return Record(shown, "registry", config.labels,
+                  _json(shown, MANIFEST_PATH, wanted[MANIFEST_PATH.lstrip("/")]),
+                  _json(shown, SBOM_PATH, wanted[SBOM_PATH.lstrip("/")]), manifest.digest)

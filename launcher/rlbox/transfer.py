@@ -17,6 +17,7 @@ from typing import Callable
 from . import doctor, matrix, registry
 from .errors import RlboxError
 from .matrix import Hardware, Matrix, ResolvedVariant
+from .mirrors import Profile
 from .registry import Credentials, Reference
 
 REVISION_LABEL = "org.opencontainers.image.revision"
@@ -128,10 +129,11 @@ def _is_matrix_ref(m: Matrix | None, text: str) -> bool:
     return bool(m and sep and "/" not in release and release in m.releases)
 
 
-def remote_for(image: str, registry_host: str | None) -> Reference:
+def remote_for(image: str, registry_host: str | None, mirror: Profile | None = None) -> Reference:
     """The registry reference for a local image name; ``registry_host`` replaces its registry and
-    keeps the repository path (swr.../ascendhub/x -> 127.0.0.1:5000/ascendhub/x)."""
-    ref = Reference.parse(image)
+    keeps the repository path (swr.../ascendhub/x -> 127.0.0.1:5000/ascendhub/x). A mirror
+    profile first rewrites it by prefix (swr.../ascendhub/x -> quay.io/ascend/x)."""
+    ref = Reference.parse(mirror.image(image) if mirror else image)
     if registry_host:
         ref = ref.with_registry(registry_host)
     if not ref.registry:
@@ -239,7 +241,7 @@ class PushPlan:
 
 
 def plan_push(m: Matrix | None, ref: str, client, *, registry_host: str | None, extra_tags=(),
-              immutable: str | None = None, no_immutable: bool = False) -> PushPlan:
+              immutable: str | None = None, no_immutable: bool = False, mirror: Profile | None = None) -> PushPlan:
     from docker.errors import ImageNotFound
 
     if _is_matrix_ref(m, ref):
@@ -252,7 +254,7 @@ def plan_push(m: Matrix | None, ref: str, client, *, registry_host: str | None, 
         source, human = str(parsed), parsed.tag or "latest"
         if not parsed.tag:
             source += ":latest"
-    remote = remote_for(source, registry_host).with_tag(None)
+    remote = remote_for(source, registry_host, mirror).with_tag(None)
     try:
         img = client.images.get(source)
     except ImageNotFound:
@@ -344,7 +346,7 @@ class PullTarget:
 
 
 def pull_target(m: Matrix | None, ref: str | None, *, hardware: str | None, release: str | None,
-                registry_host: str | None, facts: HostFacts) -> PullTarget:
+                registry_host: str | None, facts: HostFacts, mirror: Profile | None = None) -> PullTarget:
     """What to pull: RELEASE:VARIANT[@DIGEST], IMAGE[:TAG|@DIGEST], or the variant for --hardware."""
     if ref and hardware:
         raise RlboxError("give RELEASE:VARIANT or IMAGE, or --hardware, not both")
@@ -363,17 +365,17 @@ def pull_target(m: Matrix | None, ref: str | None, *, hardware: str | None, rele
             variant = choose_variant(m, release or default_release(m, facts), facts)
         else:
             variant = m.for_hardware(release or _only_release_with(m, hardware), hardware)
-        return PullTarget(remote_for(variant.image, registry_host), variant)
+        return PullTarget(remote_for(variant.image, registry_host, mirror), variant)
     base, _, digest = ref.partition("@")
     if _is_matrix_ref(m, base):
         variant = m.get(base)
-        remote = remote_for(variant.image, registry_host)
+        remote = remote_for(variant.image, registry_host, mirror)
         if digest:
             if not registry.DIGEST_RE.fullmatch(digest):
                 raise RlboxError(f"{ref}: '{digest}' is not a digest (sha256:<64 hex>)")
             remote = remote.with_digest(digest)
         return PullTarget(remote, variant)
-    remote = remote_for(ref, registry_host)
+    remote = remote_for(ref, registry_host, mirror)
     if not remote.tag and not remote.digest:
         remote = remote.with_tag("latest")
     return PullTarget(remote, None)
