@@ -519,6 +519,71 @@ def recipes_show(name, params, sets):
     click.echo((f"cd {shlex.quote(r.working_dir)} && " if r.working_dir else "") + " \\\n    ".join(shlex.quote(a) for a in argv))
 
 
+# ---------------------------------------------------------------------------------------------
+# After training: data, merge, serve, eval.
+
+def _image_ref(ref: str | None, what: str) -> str:
+    """An image reference from RELEASE:VARIANT of the matrix or a full reference."""
+    if not ref:
+        raise RlboxError(f"{what}: give --image RELEASE:VARIANT (rlbox images list) or an image reference "
+                         "(or set RLBOX_IMAGE): the work runs inside the training image")
+    image, _ = _matrix().image_for(ref)
+    return image
+
+
+def _note(line: str) -> None:
+    err.print(f"rlbox: {line}", markup=False, highlight=False)
+
+
+@cli.group()
+def data():
+    """Training data the seeds use, prepared inside the training image."""
+
+
+@data.command("list")
+def data_list():
+    """List the datasets `rlbox data prepare` knows (launcher/rlbox/data/datasets.yaml)."""
+    from . import data as data_mod
+
+    table = Table("DATASET", "FILES", "KIND", "DESCRIPTION", box=None)
+    for name, d in data_mod.recipes().items():
+        files = ", ".join(f.save for f in d.files) or "--spec FILE"
+        table.add_row(name, files, d.transform or "download", d.description)
+    out.print(table)
+
+
+@data.command("prepare")
+@click.argument("name")
+@click.option("--image", envvar="RLBOX_IMAGE", help="Training image to run in: RELEASE:VARIANT or a reference (env RLBOX_IMAGE).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("datasets"),
+              show_default=True, help="Folder the parquet files go to (mounted into the container at the same path).")
+@click.option("--endpoint", envvar="HF_ENDPOINT", default="hf", show_default=True,
+              help="hf, hf-mirror, modelscope, or an HF-compatible base URL (env HF_ENDPOINT).")
+@click.option("--spec", "spec", type=click.Path(path_type=Path, dir_okay=False),
+              help="custom only: YAML field mapping (input, prompt, answer, ground_truth, data_source, ability).")
+@click.option("--overwrite", is_flag=True, help="Download and write again files that are already there.")
+@click.option("--dry-run", is_flag=True, help="Print the recipe, every URL and output, and the docker run; do nothing.")
+def data_prepare(name, image, out_dir, endpoint, spec, overwrite, dry_run):
+    """Download and convert dataset NAME into verl's parquet layout, inside the training image.
+
+    \b
+    rlbox data prepare dapo-math-17k --image verl_pt27_25rc3:a3-arm --out /data/datasets
+    rlbox data prepare gsm8k --image IMAGE --endpoint hf-mirror --out /data/datasets
+    rlbox data prepare custom --spec dianjin.yaml --image IMAGE --out /data/datasets/dianjin
+    """
+    from . import data as data_mod
+
+    p = data_mod.plan(name, image=_image_ref(image, f"data prepare {name}"), out=out_dir, endpoint=endpoint,
+                      overwrite=overwrite, spec_path=spec)
+    if dry_run:
+        click.echo(p.describe(), nl=False)
+        return
+    said = data_mod.execute(p, provenance.docker_client(), lambda line: click.echo(line))
+    wrote = sum(1 for s in said if s.startswith(("wrote", "downloaded")))
+    skipped = sum(1 for s in said if s.startswith("skip"))
+    _note(f"{name}: {wrote} file(s) written, {skipped} skipped, in {p.out}")
+
+
 def main():
     try:
         cli.main(standalone_mode=False)
