@@ -584,6 +584,35 @@ def data_prepare(name, image, out_dir, endpoint, spec, overwrite, dry_run):
     _note(f"{name}: {wrote} file(s) written, {skipped} skipped, in {p.out}")
 
 
+@cli.command("merge")
+@click.argument("run")
+@click.option("--step", type=int, required=True, help="The training step: global_step_N/actor of the run's checkpoints.")
+@click.option("--target", help="Folder for the Hugging Face model, on the node holding rank 0 "
+              "(default: CHECKPOINTS/global_step_N/hf_merged).")
+@click.option("--image", help="Image with verl to merge in (default: the run's image).")
+@click.option("--checkpoint-dir", help="Host folder holding global_step_* on every node, instead of the one "
+              "the run's job and mounts say (trainer.default_local_dir).")
+@RUNS_DIR
+@click.option("--dry-run", is_flag=True, help="Print where the shards are looked for and the merge command; touch no host.")
+def merge_cmd(run, step, target, image, checkpoint_dir, runs_dir, dry_run):
+    """Merge RUN's FSDP actor shards of one step into a Hugging Face model, with verl's own
+    `python -m verl.model_merger merge --backend fsdp`, inside the image.
+
+    Shards spread over the nodes' local disks are first gathered onto the node holding rank 0;
+    every rank 0..W-1 must be present.
+    """
+    from . import merge as merge_mod
+
+    state = _state(runs_dir, run)
+    p = merge_mod.plan(state, run=run, step=step, image=_image_ref(image, "merge") if image else None,
+                       target=target, checkpoint_dir_override=checkpoint_dir)
+    if dry_run:
+        click.echo(p.describe(), nl=False)
+        return
+    where = merge_mod.execute(p, echo=_note, emit=lambda line: click.echo(line))
+    _note(f"merged step {step} of run {run} into {where}")
+
+
 def main():
     try:
         cli.main(standalone_mode=False)
