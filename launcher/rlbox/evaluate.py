@@ -177,7 +177,7 @@ def parse_summary_table(text: str, model_abbr: str = MODEL_ABBR) -> list[Row]:
             out = []
             for row in lines[i + 2:]:
                 cells = row.split()
-                if len(cells) <= col:
+                if len(cells) <= col or row.startswith(("[", " ")):  # the table ends at the next log line
                     break
                 m = _NUMBER.match(cells[col])
                 out.append(Row(cells[0], cells[1], cells[2], cells[3], float(m.group(1)) if m else None, " ".join(cells[col:])))
