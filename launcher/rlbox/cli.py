@@ -37,6 +37,8 @@ def cli():
 
     The version matrix lives in images/*.yaml; `rlbox render` turns it into dockerfiles/,
     `rlbox build` builds one variant with BuildKit, `rlbox inspect` reads an image's provenance.
+    `rlbox run` launches verl across nodes; around it, `rlbox data prepare`, `rlbox merge`,
+    `rlbox serve` and `rlbox eval` cover data, checkpoint merging, serving and AISBench.
     """
 
 

@@ -178,6 +178,11 @@ def start(p: ServePlan, node, *, timeout: float, echo: Callable[[str], None], st
                          f"stop it with `rlbox serve --stop --name {p.name}` or pick another --name")
     if p.sim_files:
         write_stand_ins(Path(p.sim_files), hardware, p.npus, driver)
+    import signal
+
+    from .oneshot import _main_thread, _raise_interrupt
+
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
     box = None
     done = False
     try:
@@ -211,6 +216,8 @@ def start(p: ServePlan, node, *, timeout: float, echo: Callable[[str], None], st
                 box.remove(force=True)
             except Exception:  # noqa: BLE001
                 pass
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _last_line(box) -> str:
