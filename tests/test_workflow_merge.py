@@ -55,9 +55,10 @@ def trained(workflow_image, tmp_path_factory):
         f"  - host: node-b\n    mounts: ['{disks[1]}:/ckpt']\n"
     )
     runs = base / "runs"
+    # The run is not named t-*: test_launcher removes every t-* run it finds on the engine.
     # One NPU per node keeps FSDP at two CPU processes per node; no real A3 host has one, so the
     # pre-flight device-count check is skipped (--no-doctor).
-    proc = rlbox("run", "--sim", "--cluster", cluster, "--image", workflow_image, "--devices", "1", "--name", "t-merge",
+    proc = rlbox("run", "--sim", "--cluster", cluster, "--image", workflow_image, "--devices", "1", "--name", "wf-merge",
                  "--runs-dir", runs, "--timeout", "180", "--num-cpus", "2", "--no-doctor",
                  "--", "python3", FIXTURES / "fake_trainer.py", "trainer.default_local_dir=/ckpt/demo/exp",
                  "trainer.total_training_steps=2")
@@ -72,14 +73,14 @@ def test_missing_rank_and_step_are_one_line(trained, workflow_image):
     hidden = shard.with_name("hidden.pt")
     shard.rename(hidden)
     try:
-        proc = rlbox("merge", "t-merge", "--step", "2", "--runs-dir", runs)
+        proc = rlbox("merge", "wf-merge", "--step", "2", "--runs-dir", runs)
     finally:
         hidden.rename(shard)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert ("global_step_2/actor: rank 1 of 2 is missing: model_world_size_2_rank_1.pt is on no node; "
             f"it should be on node1 (node-b) in {disks[1]}/demo/exp/global_step_2/actor") in proc.stderr
-    proc = rlbox("merge", "t-merge", "--step", "5", "--runs-dir", runs)
+    proc = rlbox("merge", "wf-merge", "--step", "5", "--runs-dir", runs)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "no FSDP shards of step 5 (global_step_5/actor) on any node" in proc.stderr
     assert "steps saved: 2" in proc.stderr
@@ -88,18 +89,18 @@ def test_missing_rank_and_step_are_one_line(trained, workflow_image):
 
 def test_merge_gathers_shards_and_equals_the_original(trained, workflow_image):
     base, disks, runs = trained
-    dry = rlbox("merge", "t-merge", "--step", "2", "--runs-dir", runs, "--dry-run")
+    dry = rlbox("merge", "wf-merge", "--step", "2", "--runs-dir", runs, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "checkpoints at /ckpt/demo/exp (trainer.default_local_dir=/ckpt/demo/exp)" in dry.stdout
     assert f"node1 (node-b): {disks[1]}/demo/exp/global_step_2/actor" in dry.stdout
     assert "python3 -m verl.model_merger merge --backend fsdp --local_dir" in dry.stdout
 
-    proc = rlbox("merge", "t-merge", "--step", "2", "--runs-dir", runs)
+    proc = rlbox("merge", "wf-merge", "--step", "2", "--runs-dir", runs)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "step 2: 2 FSDP shard(s) on 2 node(s); merging on node0 (node-a)" in proc.stderr
     assert "gathered rank 1 (model_world_size_2_rank_1.pt" in proc.stderr and "from node1 (node-b) onto node0 (node-a)" in proc.stderr
     target = disks[0] / "demo/exp/global_step_2/hf_merged"
-    assert f"merged step 2 of run t-merge into node0 (node-a):{target}" in proc.stderr
+    assert f"merged step 2 of run wf-merge into node0 (node-a):{target}" in proc.stderr
     assert (disks[0] / "demo/exp/global_step_2/actor/model_world_size_2_rank_1.pt").is_file()
     merged = tensors(target / "model.safetensors")
     original = tensors(disks[0] / "demo/exp/reference/reference.safetensors")
