@@ -89,3 +89,27 @@ def sim_image(engine):
         proc = rlbox("build", ref, "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt")
         assert proc.returncode == 0, proc.stderr[-3000:]
     return image
+
+
+@pytest.fixture(scope="session")
+def workflow_image(sim_image, tmp_path_factory):
+    """The workflow test image (tests/workflow_image.py), built once through `rlbox build` when
+    no image of its current manifest digest is on the engine."""
+    import workflow_image as wf
+
+    image = wf.image()
+    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0:
+        return image
+    wheel = wf.torch_wheel()
+    if wheel is None:
+        msg = "no CPU torch 2.13.0 wheel on this machine (/opt/wheels) to build the workflow test image"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    base = tmp_path_factory.mktemp("workflow")
+    tree = wf.make_tree(base / "rlbox")
+    with wf.WheelIndex(base / "index", wheel):
+        proc = rlbox("build", f"workflow:{wf.VARIANT}", "--network", "host", "--tag", image,
+                     "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt", cwd=tree)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return image

@@ -67,6 +67,8 @@ def cli():
 
     The version matrix lives in images/*.yaml; `rlbox render` turns it into dockerfiles/,
     `rlbox build` builds one variant with BuildKit, `rlbox inspect` reads an image's provenance.
+    `rlbox run` launches verl across nodes; around it, `rlbox data prepare`, `rlbox merge`,
+    `rlbox serve` and `rlbox eval` cover data, checkpoint merging, serving and AISBench.
     """
 
 
@@ -813,6 +815,269 @@ def recipes_show(name, params, sets):
     for note in r.notes:
         out.print(f"  note: {note}", markup=False)
     click.echo((f"cd {shlex.quote(r.working_dir)} && " if r.working_dir else "") + " \\\n    ".join(shlex.quote(a) for a in argv))
+
+
+# ---------------------------------------------------------------------------------------------
+# After training: data, merge, serve, eval.
+
+def _image_ref(ref: str | None, what: str) -> str:
+    """An image reference from RELEASE:VARIANT of the matrix or a full reference."""
+    if not ref:
+        raise RlboxError(f"{what}: give --image RELEASE:VARIANT (rlbox images list) or an image reference "
+                         "(or set RLBOX_IMAGE): the work runs inside the training image")
+    image, _ = _matrix().image_for(ref)
+    return image
+
+
+def _note(line: str) -> None:
+    err.print(f"rlbox: {line}", markup=False, highlight=False)
+
+
+@cli.group()
+def data():
+    """Training data the seeds use, prepared inside the training image."""
+
+
+@data.command("list")
+def data_list():
+    """List the datasets `rlbox data prepare` knows (launcher/rlbox/data/datasets.yaml)."""
+    from . import data as data_mod
+
+    table = Table("DATASET", "FILES", "KIND", "DESCRIPTION", box=None)
+    for name, d in data_mod.recipes().items():
+        files = ", ".join(f.save for f in d.files) or "--spec FILE"
+        table.add_row(name, files, d.transform or "download", d.description)
+    out.print(table)
+
+
+@data.command("prepare")
+@click.argument("name")
+@click.option("--image", envvar="RLBOX_IMAGE", help="Training image to run in: RELEASE:VARIANT or a reference (env RLBOX_IMAGE).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("datasets"),
+              show_default=True, help="Folder the parquet files go to (mounted into the container at the same path).")
+@click.option("--endpoint", envvar="HF_ENDPOINT", default="hf", show_default=True,
+              help="hf, hf-mirror, modelscope, or an HF-compatible base URL (env HF_ENDPOINT).")
+@click.option("--spec", "spec", type=click.Path(path_type=Path, dir_okay=False),
+              help="custom only: YAML field mapping (input, prompt, answer, ground_truth, data_source, ability).")
+@click.option("--overwrite", is_flag=True, help="Download and write again files that are already there.")
+@click.option("--dry-run", is_flag=True, help="Print the recipe, every URL and output, and the docker run; do nothing.")
+def data_prepare(name, image, out_dir, endpoint, spec, overwrite, dry_run):
+    """Download and convert dataset NAME into verl's parquet layout, inside the training image.
+
+    \b
+    rlbox data prepare dapo-math-17k --image verl_pt27_25rc3:a3-arm --out /data/datasets
+    rlbox data prepare gsm8k --image IMAGE --endpoint hf-mirror --out /data/datasets
+    rlbox data prepare custom --spec dianjin.yaml --image IMAGE --out /data/datasets/dianjin
+    """
+    from . import data as data_mod
+
+    p = data_mod.plan(name, image=_image_ref(image, f"data prepare {name}"), out=out_dir, endpoint=endpoint,
+                      overwrite=overwrite, spec_path=spec)
+    if dry_run:
+        click.echo(p.describe(), nl=False)
+        return
+    said = data_mod.execute(p, provenance.docker_client(), lambda line: click.echo(line))
+    wrote = sum(1 for s in said if s.startswith(("wrote", "downloaded")))
+    skipped = sum(1 for s in said if s.startswith("skip"))
+    _note(f"{name}: {wrote} file(s) written, {skipped} skipped, in {p.out}")
+
+
+@cli.command("merge")
+@click.argument("run")
+@click.option("--step", type=int, required=True, help="The training step: global_step_N/actor of the run's checkpoints.")
+@click.option("--target", help="Folder for the Hugging Face model, on the node holding rank 0 "
+              "(default: CHECKPOINTS/global_step_N/hf_merged).")
+@click.option("--image", help="Image with verl to merge in (default: the run's image).")
+@click.option("--checkpoint-dir", help="Host folder holding global_step_* on every node, instead of the one "
+              "the run's job and mounts say (trainer.default_local_dir).")
+@RUNS_DIR
+@click.option("--dry-run", is_flag=True, help="Print where the shards are looked for and the merge command; touch no host.")
+def merge_cmd(run, step, target, image, checkpoint_dir, runs_dir, dry_run):
+    """Merge RUN's FSDP actor shards of one step into a Hugging Face model, with verl's own
+    `python -m verl.model_merger merge --backend fsdp`, inside the image.
+
+    Shards spread over the nodes' local disks are first gathered onto the node holding rank 0;
+    every rank 0..W-1 must be present.
+    """
+    from . import merge as merge_mod
+
+    state = _state(runs_dir, run)
+    p = merge_mod.plan(state, run=run, step=step, image=_image_ref(image, "merge") if image else None,
+                       target=target, checkpoint_dir_override=checkpoint_dir)
+    if dry_run:
+        click.echo(p.describe(), nl=False)
+        return
+    where = merge_mod.execute(p, echo=_note, emit=lambda line: click.echo(line))
+    _note(f"merged step {step} of run {run} into {where}")
+
+
+SERVE_NAME = click.option("--name", default="serve", show_default=True,
+                          help="Server name: its container is rlbox-serve-NAME, its record RUNS_DIR/serve/NAME.json.")
+
+
+def _serve_state(runs_dir: Path, name: str) -> Path:
+    return runs_dir / "serve" / f"{name}.json"
+
+
+@cli.command("serve")
+@click.argument("model", required=False)
+@click.option("--tp", type=int, default=8, show_default=True, help="--tensor-parallel-size (as the training's rollout TP).")
+@click.option("--dp", type=int, default=1, show_default=True, help="--data-parallel-size.")
+@click.option("--max-model-len", type=int, default=22528, show_default=True, help="--max-model-len (and --max-num-batched-tokens).")
+@click.option("--port", type=int, default=6380, show_default=True, help="--port of the OpenAI server.")
+@click.option("--served-model-name", default="auto", show_default=True, help="Model name the server answers to (seed 000: auto).")
+@click.option("--image", envvar="RLBOX_IMAGE", help="Image with vLLM + vllm-ascend: RELEASE:VARIANT or a reference (default for --sim: rlbox_sim).")
+@click.option("--hosts", help="The host to serve on (one; default: this machine).")
+@click.option("--sim", is_flag=True, help="A simulated node on the local engine running rlbox's stub OpenAI server instead of vLLM.")
+@click.option("--hardware", type=click.Choice(["a2", "a3", "ax"]), default="a3", show_default=True, help="Simulated hardware (--sim).")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Extra mount (MODEL itself is mounted read-only).")
+@click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Extra environment for the server.")
+@SERVE_NAME
+@click.option("--timeout", type=float, default=1800, show_default=True, help="Seconds to wait for /health and /v1/models.")
+@click.option("--stop", is_flag=True, help="Stop the server of this --name instead (removes its container).")
+@RUNS_DIR
+@click.option("--dry-run", is_flag=True, help="Print the docker run and the server command; start nothing.")
+def serve_cmd(model, tp, dp, max_model_len, port, served_model_name, image, hosts, sim, hardware, mounts, envs, name,
+              timeout, stop, runs_dir, dry_run):
+    """Serve MODEL (a Hugging Face folder, e.g. from `rlbox merge`) with vLLM's OpenAI server on
+    the NPUs, wait until it answers, print the endpoint. `rlbox serve --stop` ends it.
+
+    \b
+    rlbox serve /data/qwen3-32b-after-rl --image verl_pt27_25rc3:a3-arm --tp 8
+    rlbox serve /data/qwen3-32b-after-rl --sim          # stub server on a simulated node
+    rlbox serve --stop
+    """
+    from . import serve as serve_mod
+    from .cluster import Mount, from_hosts
+    from .hosts import connect, count_devices
+    from .launch import _nofile, _pairs, host_arch_variant
+
+    state_path = _serve_state(runs_dir, name)
+    if stop:
+        if not state_path.is_file():
+            raise RlboxError(f"no server named '{name}' under {runs_dir} (rlbox serve MODEL --name {name} starts one)")
+        state = json.loads(state_path.read_text())
+        node = connect(serve_mod.host_of(state))
+        try:
+            removed = serve_mod.stop(node.client, name)
+        finally:
+            node.close()
+        state_path.unlink()
+        click.echo(f"server {name}: removed {removed} container(s) on {state['host']}")
+        return
+    if not model:
+        raise RlboxError("serve: give MODEL (a Hugging Face model folder), or --stop")
+    if hosts and sim:
+        raise RlboxError("give --hosts or --sim, not both")
+    host_list = from_hosts(hosts).hosts if hosts else (_local_host(),)
+    if len(host_list) != 1:
+        raise RlboxError(f"--hosts {hosts}: serve runs on one host")
+    host = host_list[0]
+    m = _matrix()
+    if sim:
+        image_ref, _ = m.image_for(image or f"rlbox_sim:{host_arch_variant()}")
+        npus = m.hardware[hardware].npus_per_node
+    else:
+        image_ref = _image_ref(image, "serve")
+        npus = count_devices(host) if not dry_run else tp * dp
+        if npus == 0:
+            raise RlboxError(f"{host.name}: no /dev/davinci* devices; is the Ascend driver installed? (--sim rehearses without NPUs)")
+    p = serve_mod.plan(name=name, model=str(Path(model).expanduser().resolve()) if host.local or sim else model,
+                       host=host, image=image_ref, sim=sim, tp=tp, dp=dp, max_model_len=max_model_len, port=port,
+                       served_model_name=served_model_name, npus_available=npus, hardware=hardware, runs_dir=runs_dir,
+                       mounts=[Mount.parse(x) for x in mounts], env=_pairs(list(envs), "--env"),
+                       nofile=_nofile(host if not sim else _local_host(), None))
+    if dry_run:
+        click.echo(p.describe(), nl=False)
+        return
+    if (host.local or sim) and not Path(p.model).is_dir():
+        raise RlboxError(f"MODEL {p.model} is not a folder")
+    node = connect(host)
+    try:
+        url = serve_mod.start(p, node, timeout=timeout, echo=_note, state_path=state_path, hardware=hardware,
+                              driver="25.3.rc1")
+    finally:
+        node.close()
+    _note(f"serving {p.model} as '{served_model_name}'" + (" (SIMULATED: rlbox's stub server, no vLLM)" if sim else "")
+          + f"; stop with `rlbox serve --stop --name {name}`")
+    click.echo(url)
+
+
+def _local_host():
+    from .cluster import Host
+
+    return Host(name="localhost", transport="local")
+
+
+@cli.command("eval")
+@click.argument("model", required=False)
+@click.option("--dataset", default="aime2024", show_default=True, help="aime2024, math500, or an AISBench dataset config (..._gen).")
+@click.option("--repeat", type=int, default=16, show_default=True, help="AISBench runs to average (seed 000: 16).")
+@click.option("--endpoint", help="The server: http://HOST:PORT (default: the one `rlbox serve --name NAME` started).")
+@click.option("--name", default="serve", show_default=True, help="Without --endpoint: the server `rlbox serve --name NAME` started.")
+@click.option("--max-seq-len", type=int, help="AISBench max_seq_len (default 2048).")
+@click.option("--max-out-len", type=int, help="AISBench max_out_len (default: the server's max-model-len - max_seq_len = 20480).")
+@click.option("--batch-size", type=int, default=48, show_default=True, help="AISBench batch_size (concurrent requests).")
+@click.option("--temperature", type=float, default=0.5, show_default=True, help="generation_kwargs temperature (seed: 0.5, top_k 10, top_p 0.95, repetition_penalty 1.03).")
+@click.option("--ais-bench", "ais_bench", envvar="RLBOX_AIS_BENCH", help="The ais_bench command (default: ais_bench on PATH; env RLBOX_AIS_BENCH).")
+@click.option("--ais-datasets", type=click.Path(path_type=Path, file_okay=False),
+              help="AISBench's dataset folder (AIS_BENCH_DATASETS_CACHE: holds ais_bench/datasets/aime/aime.jsonl).")
+@click.option("--out", "out", type=click.Path(path_type=Path, dir_okay=False), help="Result JSON (default: RUNS_DIR/eval/<model>-<dataset>-<time>.json).")
+@click.option("--compare", "compare_files", nargs=2, type=click.Path(path_type=Path, dir_okay=False),
+              metavar="BEFORE.json AFTER.json", help="Print the before/after table of two results and the gain; run nothing.")
+@RUNS_DIR
+def eval_cmd(model, dataset, repeat, endpoint, name, max_seq_len, max_out_len, batch_size, temperature, ais_bench,
+             ais_datasets, out, compare_files, runs_dir):
+    """Evaluate MODEL served at an OpenAI endpoint with AISBench, --repeat times, averaged.
+
+    \b
+    rlbox eval /data/qwen3-32b --dataset aime2024 --repeat 16     # the server of `rlbox serve`
+    rlbox eval after-rl --endpoint http://10.0.0.1:6380 --repeat 16 --out after.json
+    rlbox eval --compare before.json after.json
+    """
+    from . import evaluate as ev
+
+    if compare_files:
+        rows = ev.compare(ev.load_result(compare_files[0]), ev.load_result(compare_files[1]))
+        _print_rows(rows)
+        return
+    if not model:
+        raise RlboxError("eval: give MODEL (a label for the results: the model's path or name), or --compare A B")
+    if endpoint:
+        ep = ev.Endpoint.parse(endpoint)
+    else:
+        state_path = _serve_state(runs_dir, name)
+        if not state_path.is_file():
+            raise RlboxError(f"eval: no --endpoint and no server named '{name}' under {runs_dir} (rlbox serve MODEL)")
+        state = json.loads(state_path.read_text())
+        ep = ev.Endpoint.parse(state["url"], state.get("max_model_len"), source=f"rlbox serve --name {name}")
+    generation = dict(ev.GENERATION, temperature=temperature)
+    p = ev.plan(model=model, dataset=dataset, endpoint=ep, repeat=repeat, executable=ais_bench, out_dir=runs_dir,
+                max_seq_len=max_seq_len, max_out_len=max_out_len, batch_size=batch_size, generation=generation,
+                datasets_cache=ais_datasets.resolve() if ais_datasets else None)
+    served = ev.check_endpoint(ep)
+    config = ev.write_config(p, _note)
+    _note(f"{config} -> {ep.url} (model '{served}', max_seq_len {p.max_seq_len}, max_out_len {p.max_out_len}); "
+          f"{repeat} run(s) of: {' '.join(p.argv(1)[:5])}")
+    for i in range(1, repeat + 1):
+        ev.run_once(p, i, _note)
+    res = ev.result(p, served)
+    path = out or (runs_dir / "eval" / f"{p.work.name}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=2))
+    _print_rows([["dataset", "version", "metric", "mode", ev.MODEL_ABBR],
+                 [res["dataset"], res["version"], res["metric"], res["mode"], f"{res['mean']:.2f}"]])
+    _note(f"mean of {repeat} run(s): {', '.join(f'{r.value:.2f}' for r in p.runs)}; saved {path}")
+
+
+def _print_rows(rows: list[list[str]]) -> None:
+    """A result table in the seed's markdown form (| dataset | version | ... |)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    click.echo(line(rows[0]))
+    click.echo("| " + " | ".join("-" * w for w in widths) + " |")
+    for r in rows[1:]:
+        click.echo(line(r))
 
 
 def main():
