@@ -170,6 +170,22 @@ def manifest(git_url: str, commit: str, patches: list[str]) -> dict:
     }
 
 
+def base_tree(dest: Path, images: tuple[str, ...] = ("hardware.yaml", "mirrors.yaml")) -> Path:
+    """A fresh rlbox tree at ``dest``: templates, the given images/ files, and what a build context
+    needs besides (.dockerignore, the source-cache folder the templates mount)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "images").mkdir(parents=True)
+    (dest / "patches").mkdir()
+    shutil.copytree(REPO / "templates", dest / "templates")
+    for name in images:
+        shutil.copy(REPO / "images" / name, dest / "images" / name)
+    shutil.copy(REPO / ".dockerignore", dest / ".dockerignore")
+    (dest / ".rlbox-sources").mkdir()
+    shutil.copy(REPO / ".rlbox-sources" / "README.md", dest / ".rlbox-sources" / "README.md")
+    return dest
+
+
 def make_tree(dest: Path, git_url: str, commit: str, patches: dict[str, str], ca_bundle: Path | None = None,
               edit=None) -> Path:
     """An rlbox tree (images/, templates/, patches/, lock, rendered dockerfiles/) for the self-test.
@@ -178,15 +194,7 @@ def make_tree(dest: Path, git_url: str, commit: str, patches: dict[str, str], ca
     """
     from rlbox import lock, matrix, render
 
-    if dest.exists():
-        shutil.rmtree(dest)
-    (dest / "images").mkdir(parents=True)
-    shutil.copytree(REPO / "templates", dest / "templates")
-    shutil.copy(REPO / "images" / "hardware.yaml", dest / "images" / "hardware.yaml")
-    shutil.copy(REPO / "images" / "mirrors.yaml", dest / "images" / "mirrors.yaml")
-    shutil.copy(REPO / ".dockerignore", dest / ".dockerignore")
-    (dest / ".rlbox-sources").mkdir()
-    shutil.copy(REPO / ".rlbox-sources" / "README.md", dest / ".rlbox-sources" / "README.md")
+    base_tree(dest)
     (dest / "patches" / "fixture").mkdir(parents=True)
     for name, text in patches.items():
         (dest / "patches" / "fixture" / name).write_text(text)

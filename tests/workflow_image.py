@@ -25,6 +25,8 @@ from pathlib import Path
 
 import yaml
 
+import selftest
+
 REPO = Path(__file__).resolve().parents[1]
 WHEEL_DIRS = (Path("/opt/wheels"), Path("/opt/pypi-more/files"))
 INDEX_PORT = 38461  # fixed: it is part of the Dockerfile text, so the layer cache survives sessions
@@ -76,14 +78,7 @@ def image() -> str:
 def make_tree(dest: Path) -> Path:
     from rlbox import matrix, render
 
-    if dest.exists():
-        shutil.rmtree(dest)
-    (dest / "images").mkdir(parents=True)
-    (dest / "patches").mkdir()
-    shutil.copytree(REPO / "templates", dest / "templates")
-    for name in ("hardware.yaml", "defaults.yaml", "rlbox_sim.yaml"):
-        shutil.copy(REPO / "images" / name, dest / "images" / name)
-    shutil.copy(REPO / ".dockerignore", dest / ".dockerignore")
+    selftest.base_tree(dest, ("hardware.yaml", "defaults.yaml", "rlbox_sim.yaml"))
     (dest / "images" / "workflow.yaml").write_text(yaml.safe_dump(manifest(), sort_keys=False))
     render.write(matrix.load(dest))
     return dest
