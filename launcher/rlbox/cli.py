@@ -482,6 +482,66 @@ def stop_cmd(name, runs_dir):
     click.echo(f"run {name}: removed {removed} container(s) on {len(nodes)} node(s)")
 
 
+@cli.command("metrics")
+@click.argument("run", required=False)
+@RUNS_DIR
+@click.option("--job", help="Which job of the run: its run id (the log's name) or submission id; default the latest.")
+@click.option("--keys", help="Comma-separated metrics for the table, the plot, --csv and --json "
+                             "(default: the watched curves for the table and plot, every key for --csv/--json).")
+@click.option("--csv", "csv_file", type=click.Path(path_type=Path, dir_okay=False), help="Write every step's metrics to this CSV file.")
+@click.option("--json", "as_json", is_flag=True, help="Print every step's metrics as JSON instead of the table.")
+@click.option("--plot", "plot_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Draw the curves to this PNG (needs matplotlib: pip install 'rlbox[plot]').")
+@click.option("--explain", is_flag=False, flag_value="", default=None, metavar="[KEY]",
+              help="What a metric means (from the seeds' glossary); without KEY, every metric.")
+def metrics_cmd(run, runs_dir, job, keys, csv_file, as_json, plot_file, explain):
+    """Per-step training metrics of a run's verl job, read back from its log.
+
+    RUN is a run name under --runs-dir (its latest job, or --job ID) or a log file. The table
+    shows the curves people watch: critic/rewards/mean (should rise), response_length/mean,
+    perf/throughput, timing_s/step.
+
+    \b
+    rlbox metrics verl
+    rlbox metrics verl --plot curves.png --csv metrics.csv
+    rlbox metrics --explain critic/rewards/mean
+    """
+    from . import metrics as metrics_mod
+    from .runs import job_log
+
+    if explain is not None:
+        for line in metrics_mod.explain(explain):
+            click.echo(line)
+        return
+    if not run:
+        raise RlboxError("rlbox metrics: give RUN (a run name or a log file), or --explain [KEY]")
+    log = job_log(runs_dir, run, job)
+    m = metrics_mod.parse_file(log)
+    chosen = metrics_mod.select(m, [k.strip() for k in keys.split(",") if k.strip()]) if keys else None
+    if csv_file:
+        try:
+            csv_file.write_text(metrics_mod.to_csv(m, chosen))
+        except OSError as e:
+            raise RlboxError(f"{csv_file}: cannot write ({e.strerror})") from None
+        err.print(f"rlbox: wrote {len(m.rows)} step(s) x {len(chosen or m.keys)} metric(s) to {csv_file}", markup=False)
+    if plot_file:
+        drawn = metrics_mod.plot(m, plot_file, chosen, title=log.name if Path(run).is_file() else f"run {run}, job {log.stem}")
+        err.print(f"rlbox: plotted {', '.join(p['key'] for p in drawn['panels'])} to {plot_file} "
+                  f"({drawn['width']}x{drawn['height']})", markup=False)
+    if as_json:
+        click.echo(metrics_mod.to_json(m, chosen))
+        return
+    shown = chosen or list(metrics_mod.WATCHED)
+    table = Table("STEP", *[k.upper() for k in shown], box=None)
+    for s in m.steps:
+        table.add_row(str(s), *[metrics_mod.fmt(m.rows[s].get(k)) for k in shown])
+    out.print(f"{log}: {len(m.rows)} step(s) ({m.steps[0]}..{m.steps[-1]}), {len(m.keys)} metrics", markup=False)
+    out.print(table)
+    note = metrics_mod.trend(m)
+    if note:
+        out.print(note, markup=False)
+
+
 @cli.group()
 def recipes():
     """verl runs shipped as data (the seeds' scripts, typos fixed, paths as parameters)."""
