@@ -268,8 +268,18 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
                                         run_validate=not no_validate, run_doctor=not no_doctor, replace=replace,
                                         echo=echo, warn=lambda line: err.print(f"rlbox: {line}", markup=False))
 
+    def triage_after_failure(nodes, log_path):
+        from . import triage as triage_mod
+
+        echo("job failed: collecting logs from every node (rlbox triage)")
+        targets = [(f"node{n.index}", node.client, n.container.name) for n, node in zip(plan.nodes, nodes)]
+        report = triage_mod.triage(name, run_dir, job_log=log_path, targets=targets,
+                                   job_env=dict(plan.job.env) if plan.job else {})
+        for line in triage_mod.render(report):
+            err.print(line, markup=False, highlight=False)
+
     outcome = runner.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
-                             detach=detach, keep=keep, before=before)
+                             detach=detach, keep=keep, before=before, on_failure=triage_after_failure)
     if outcome.exit_code:
         raise RlboxError(f"job of run '{name}' {outcome.status} with exit code {outcome.exit_code}; log: {outcome.log_path}",
                          exit_code=outcome.exit_code)
@@ -540,6 +550,53 @@ def metrics_cmd(run, runs_dir, job, keys, csv_file, as_json, plot_file, explain)
     note = metrics_mod.trend(m)
     if note:
         out.print(note, markup=False)
+
+
+@cli.command("triage")
+@click.argument("run")
+@RUNS_DIR
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON (up to 20 hits per signature, with its explanation and source).")
+def triage_cmd(run, runs_dir, as_json):
+    """Why a run's job failed: collect its logs and match known failure signatures.
+
+    From every node's container (while the run's containers exist, running or stopped): CANN's
+    plog directory (/root/ascend/log/debug/plog, and $ASCEND_PROCESS_LOG_PATH when set) and Ray's
+    session logs (*.err, *.out, dashboard_agent.log), capped in size, into runs/RUN/triage/
+    with the job's log. Once the containers are gone, what was collected before is matched again.
+    `rlbox run` does this by itself when the job fails. The signatures (HCCL EI0006 socket
+    timeouts, NPUs held by another container, EL0018 host memory, NPU OOM, "No available agent",
+    too few NPUs for nnodes x n_gpus_per_node, ...) live in launcher/rlbox/data/signatures.yaml.
+    """
+    from . import runs as runs_mod
+    from . import triage as triage_mod
+    from .hosts import connect_all
+
+    state = runs_mod.state(runs_dir, run)
+    folder = runs_mod.run_dir(runs_dir, run)
+    log = Path(state["log"]) if state.get("log") and Path(state["log"]).is_file() else None
+    if log is None and runs_mod.job_logs(folder):
+        log = runs_mod.job_logs(folder)[-1]
+    targets, nodes, notes = None, [], []
+    if state.get("phase") == "removed":
+        notes.append(f"the containers of run '{run}' are gone; matching the job log and what was collected before")
+    else:
+        try:
+            nodes = connect_all(_hosts_of(state))
+            targets = [(f"node{e['index']}", node.client, e["container"]) for e, node in zip(state["nodes"], nodes)]
+        except RlboxError as e:
+            notes.append(f"{e}; matching the job log and what was collected before")
+    try:
+        job_env = ((state.get("job") or {}).get("runtime_env") or {}).get("env_vars") or {}
+        report = triage_mod.triage(run, folder, job_log=log, targets=targets, job_env=job_env)
+    finally:
+        for n in nodes:
+            n.close()
+    report.warnings[:0] = notes
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+        return
+    for line in triage_mod.render(report):
+        out.print(line, markup=False, highlight=False)
 
 
 @cli.group()
