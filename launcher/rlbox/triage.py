@@ -159,7 +159,7 @@ class _Chunks(io.RawIOBase):
     def __init__(self, chunks, limit: int):
         self._it = iter(chunks)
         self._buf = b""
-        self.read = 0
+        self.consumed = 0
         self.limit = limit
         self.cut = False
 
@@ -168,7 +168,7 @@ class _Chunks(io.RawIOBase):
 
     def readinto(self, b) -> int:
         while not self._buf:
-            if self.read >= self.limit:
+            if self.consumed >= self.limit:
                 self.cut = True
                 return 0
             try:
@@ -178,7 +178,7 @@ class _Chunks(io.RawIOBase):
         n = min(len(b), len(self._buf))
         b[:n] = self._buf[:n]
         self._buf = self._buf[n:]
-        self.read += n
+        self.consumed += n
         return n
 
 
@@ -248,7 +248,12 @@ def collect_node(client, container: str, dest: Path, job_env: dict[str, str] | N
             chunks, _ = box.get_archive(path)
         except NotFound:
             continue
-        files, _, cut = extract(chunks, dest / label, keep)
+        try:
+            files, _, cut = extract(chunks, dest / label, keep)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close:
+                close()  # a stream cut at a cap: release its connection now
         said.append(f"{label} {files}" + (" (capped)" if cut else ""))
     return ", ".join(said) or "nothing"
 
