@@ -237,6 +237,9 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
             verl_config, no_validate, no_doctor, runs_dir, command):
     """Start the training container on every node, bring up Ray, run the job, tear down.
 
+    A job that fails is triaged first (`rlbox triage`): the nodes' CANN and Ray logs are
+    collected into runs/NAME/triage/ and matched against known failures.
+
     \b
     rlbox run --sim --nodes 4 --hardware a3 --smoke-test
     rlbox run --hosts 10.0.0.1,10.0.0.2 --image verl_pt27_25rc3:a3-arm --mount /data \\
@@ -495,11 +498,11 @@ def stop_cmd(name, runs_dir):
 @cli.command("metrics")
 @click.argument("run", required=False)
 @RUNS_DIR
-@click.option("--job", help="Which job of the run: its run id (the log's name) or submission id; default the latest.")
+@click.option("--job", metavar="ID", help="Which job of the run: its run id (the log's name) or submission id; default the latest.")
 @click.option("--keys", help="Comma-separated metrics for the table, the plot, --csv and --json "
                              "(default: the watched curves for the table and plot, every key for --csv/--json).")
-@click.option("--csv", "csv_file", type=click.Path(path_type=Path, dir_okay=False), help="Write every step's metrics to this CSV file.")
-@click.option("--json", "as_json", is_flag=True, help="Print every step's metrics as JSON instead of the table.")
+@click.option("--csv", "csv_file", type=click.Path(path_type=Path, dir_okay=False), help="Write every step's metrics (every key, or --keys) to this CSV file.")
+@click.option("--json", "as_json", is_flag=True, help="Print every step's metrics (every key, or --keys) as JSON instead of the table.")
 @click.option("--plot", "plot_file", type=click.Path(path_type=Path, dir_okay=False),
               help="Draw the curves to this PNG (needs matplotlib: pip install 'rlbox[plot]').")
 @click.option("--explain", is_flag=False, flag_value="", default=None, metavar="[KEY]",
