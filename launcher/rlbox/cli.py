@@ -535,6 +535,9 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
             verl_config, no_validate, no_doctor, runs_dir, command):
     """Start the training container on every node, bring up Ray, run the job, tear down.
 
+    A job that fails is triaged first (`rlbox triage`): the nodes' CANN and Ray logs are
+    collected into runs/NAME/triage/ and matched against known failures.
+
     \b
     rlbox run --sim --nodes 4 --hardware a3 --smoke-test
     rlbox run --hosts 10.0.0.1,10.0.0.2 --image verl_pt27_25rc3:a3-arm --mount /data \\
@@ -566,8 +569,18 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
                                         run_validate=not no_validate, run_doctor=not no_doctor, replace=replace,
                                         echo=echo, warn=lambda line: err.print(f"rlbox: {line}", markup=False))
 
+    def triage_after_failure(nodes, log_path):
+        from . import triage as triage_mod
+
+        echo("job failed: collecting logs from every node (rlbox triage)")
+        targets = [(f"node{n.index}", node.client, n.container.name) for n, node in zip(plan.nodes, nodes)]
+        report = triage_mod.triage(name, run_dir, job_log=log_path, targets=targets,
+                                   job_env=dict(plan.job.env) if plan.job else {})
+        for line in triage_mod.render(report):
+            err.print(line, markup=False, highlight=False)
+
     outcome = runner.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
-                             detach=detach, keep=keep, before=before)
+                             detach=detach, keep=keep, before=before, on_failure=triage_after_failure)
     if outcome.exit_code:
         raise RlboxError(f"job of run '{name}' {outcome.status} with exit code {outcome.exit_code}; log: {outcome.log_path}",
                          exit_code=outcome.exit_code)
@@ -778,6 +791,113 @@ def stop_cmd(name, runs_dir):
     path = runs_dir / name / "state.json"
     path.write_text(json.dumps(state | {"phase": "removed"}, indent=2))
     click.echo(f"run {name}: removed {removed} container(s) on {len(nodes)} node(s)")
+
+
+@cli.command("metrics")
+@click.argument("run", required=False)
+@RUNS_DIR
+@click.option("--job", metavar="ID", help="Which job of the run: its run id (the log's name) or submission id; default the latest.")
+@click.option("--keys", help="Comma-separated metrics for the table, the plot, --csv and --json "
+                             "(default: the watched curves for the table and plot, every key for --csv/--json).")
+@click.option("--csv", "csv_file", type=click.Path(path_type=Path, dir_okay=False), help="Write every step's metrics (every key, or --keys) to this CSV file.")
+@click.option("--json", "as_json", is_flag=True, help="Print every step's metrics (every key, or --keys) as JSON instead of the table.")
+@click.option("--plot", "plot_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Draw the curves to this PNG (needs matplotlib: pip install 'rlbox[plot]').")
+@click.option("--explain", is_flag=False, flag_value="", default=None, metavar="[KEY]",
+              help="What a metric means (from the seeds' glossary); without KEY, every metric.")
+def metrics_cmd(run, runs_dir, job, keys, csv_file, as_json, plot_file, explain):
+    """Per-step training metrics of a run's verl job, read back from its log.
+
+    RUN is a run name under --runs-dir (its latest job, or --job ID) or a log file. The table
+    shows the curves people watch: critic/rewards/mean (should rise), response_length/mean,
+    perf/throughput, timing_s/step.
+
+    \b
+    rlbox metrics verl
+    rlbox metrics verl --plot curves.png --csv metrics.csv
+    rlbox metrics --explain critic/rewards/mean
+    """
+    from . import metrics as metrics_mod
+    from .runs import job_log
+
+    if explain is not None:
+        for line in metrics_mod.explain(explain):
+            click.echo(line)
+        return
+    if not run:
+        raise RlboxError("rlbox metrics: give RUN (a run name or a log file), or --explain [KEY]")
+    log = job_log(runs_dir, run, job)
+    m = metrics_mod.parse_file(log)
+    chosen = metrics_mod.select(m, [k.strip() for k in keys.split(",") if k.strip()]) if keys else None
+    if csv_file:
+        try:
+            csv_file.write_text(metrics_mod.to_csv(m, chosen))
+        except OSError as e:
+            raise RlboxError(f"{csv_file}: cannot write ({e.strerror})") from None
+        err.print(f"rlbox: wrote {len(m.rows)} step(s) x {len(chosen or m.keys)} metric(s) to {csv_file}", markup=False)
+    if plot_file:
+        drawn = metrics_mod.plot(m, plot_file, chosen, title=log.name if Path(run).is_file() else f"run {run}, job {log.stem}")
+        err.print(f"rlbox: plotted {', '.join(p['key'] for p in drawn['panels'])} to {plot_file} "
+                  f"({drawn['width']}x{drawn['height']})", markup=False)
+    if as_json:
+        click.echo(metrics_mod.to_json(m, chosen))
+        return
+    shown = chosen or list(metrics_mod.WATCHED)
+    table = Table("STEP", *[k.upper() for k in shown], box=None)
+    for s in m.steps:
+        table.add_row(str(s), *[metrics_mod.fmt(m.rows[s].get(k)) for k in shown])
+    out.print(f"{log}: {len(m.rows)} step(s) ({m.steps[0]}..{m.steps[-1]}), {len(m.keys)} metrics", markup=False)
+    out.print(table)
+    note = metrics_mod.trend(m)
+    if note:
+        out.print(note, markup=False)
+
+
+@cli.command("triage")
+@click.argument("run")
+@RUNS_DIR
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON (up to 20 hits per signature, with its explanation and source).")
+def triage_cmd(run, runs_dir, as_json):
+    """Why a run's job failed: collect its logs and match known failure signatures.
+
+    From every node's container (while the run's containers exist, running or stopped): CANN's
+    plog directory (/root/ascend/log/debug/plog, and $ASCEND_PROCESS_LOG_PATH when set) and Ray's
+    session logs (*.err, *.out, dashboard_agent.log), capped in size, into runs/RUN/triage/
+    with the job's log. Once the containers are gone, what was collected before is matched again.
+    `rlbox run` does this by itself when the job fails. The signatures (HCCL EI0006 socket
+    timeouts, NPUs held by another container, EL0018 host memory, NPU OOM, "No available agent",
+    too few NPUs for nnodes x n_gpus_per_node, ...) live in launcher/rlbox/data/signatures.yaml.
+    """
+    from . import runs as runs_mod
+    from . import triage as triage_mod
+    from .hosts import connect_all
+
+    state = runs_mod.state(runs_dir, run)
+    folder = runs_mod.run_dir(runs_dir, run)
+    log = Path(state["log"]) if state.get("log") and Path(state["log"]).is_file() else None
+    if log is None and runs_mod.job_logs(folder):
+        log = runs_mod.job_logs(folder)[-1]
+    targets, nodes, notes = None, [], []
+    if state.get("phase") == "removed":
+        notes.append(f"the containers of run '{run}' are gone; matching the job log and what was collected before")
+    else:
+        try:
+            nodes = connect_all(_hosts_of(state))
+            targets = [(f"node{e['index']}", node.client, e["container"]) for e, node in zip(state["nodes"], nodes)]
+        except RlboxError as e:
+            notes.append(f"{e}; matching the job log and what was collected before")
+    try:
+        job_env = ((state.get("job") or {}).get("runtime_env") or {}).get("env_vars") or {}
+        report = triage_mod.triage(run, folder, job_log=log, targets=targets, job_env=job_env)
+    finally:
+        for n in nodes:
+            n.close()
+    report.warnings[:0] = notes
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+        return
+    for line in triage_mod.render(report):
+        out.print(line, markup=False, highlight=False)
 
 
 @cli.group()

@@ -211,6 +211,7 @@ def execute(
     keep: bool = False,
     bring_up_only: bool = False,
     before: Callable[[list[Node]], None] | None = None,
+    on_failure: Callable[[list[Node], Path], None] | None = None,
 ) -> Outcome:
     """Carry out the plan. Tears everything down on failure, Ctrl-C, SIGTERM, or at the end."""
     state = run_dir / "state.json"
@@ -263,6 +264,8 @@ def execute(
         status = info.get("status", "UNKNOWN")
         echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))
         write_state(state, plan, phase="finished", submission_id=submission, status=status, exit_code=code, log=str(log_path))
+        if status == "FAILED" and on_failure is not None:  # while the containers still exist
+            guarded(on_failure, nodes, log_path, echo=echo)
         cleanup = not keep
         return Outcome(code, status, ready, log_path)
     except KeyboardInterrupt:
@@ -282,6 +285,18 @@ def execute(
         else:
             for node in nodes:
                 node.close()
+
+
+def guarded(hook: Callable[[list[Node], Path], None], nodes: list[Node], log_path: Path, *, echo: Echo) -> None:
+    """Run a post-failure hook (the triage) so that nothing it does, fails or is interrupted
+    with, changes what follows: the job's exit code and the teardown. A failure is one line."""
+    try:
+        hook(nodes, log_path)
+    except KeyboardInterrupt:
+        echo("triage interrupted; tearing down")
+    except Exception as err:  # noqa: BLE001
+        reason = " ".join(str(err).split())[:300] or type(err).__name__
+        echo(f"warning: triage failed ({reason}); the job's own log: {log_path}")
 
 
 def _raise_interrupt(signum, frame):
