@@ -225,7 +225,7 @@ def test_tag_step_tags_the_digest_human_and_immutable(doc, tmp_path):
     assert proc.returncode == 0, proc.stderr
     repo = "swr.cn-south-1.myhuaweicloud.com/ascendhub/verl_pt27_25rc3"
     assert calls.read_text().splitlines() == [
-        f"buildx imagetools create --tag {repo}:a3-arm --tag {repo}:a3-arm-{sha} {repo}@{digest}"
+        f"buildx imagetools create --tag {repo}:a3-arm --tag {repo}:a3-arm-{sha[:12]} {repo}@{digest}"
     ]
     assert f"{repo}@{digest}" in (tmp_path / "summary").read_text()
 

@@ -5,7 +5,7 @@ to the Dockerfiles and ``rlbox render --check`` reports it stale or missing, so 
 is typed once, in ``images/``. The workflow builds each RELEASE:VARIANT through ``make image``
 (the target developers use), with the GitHub Actions BuildKit cache, pushes it to SWR by digest
 and then tags that digest twice: the human tag (``verl_pt27_25rc3:a3-arm``) and an immutable
-one carrying the commit (``a3-arm-<sha>``).
+one carrying the commit (``a3-arm-<sha12>``, the form ``rlbox push`` gives).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ TEMPLATE = """\
 #
 # Builds every RELEASE:VARIANT of the matrix (@@COUNT@@ jobs) through `make image`, the target developers use,
 # with the GitHub Actions BuildKit cache. On pushes to main, v* tags and manual runs, each image is pushed to
-# SWR by digest, then tagged REPO:TAG and REPO:TAG-<commit sha>; pull requests build without pushing.
+# SWR by digest, then tagged REPO:TAG and REPO:TAG-<commit12>; pull requests build without pushing.
 # Secrets: SWR_USERNAME, SWR_PASSWORD. Optional repository variables:
 #   SWR_REGISTRY       registry host (default @@REGISTRY@@, the host of the manifests' image.registry)
 #   CANN_BASE_MIRROR   a copy of the CANN base images, e.g. swr.cn-south-1.myhuaweicloud.com/ascendhub/cann
@@ -261,8 +261,9 @@ jobs:
         run: |
           repo="$SWR_REGISTRY/$REPOSITORY"
           digest=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["containerimage.digest"])' "$RUNNER_TEMP/build-metadata.json")
-          docker buildx imagetools create --tag "$repo:$TAG" --tag "$repo:$TAG-$GITHUB_SHA" "$repo@$digest"
-          echo "$REF: \\`$repo:$TAG\\`, \\`$repo:$TAG-$GITHUB_SHA\\` = \\`$repo@$digest\\`" >> "$GITHUB_STEP_SUMMARY"
+          immutable="$TAG-${GITHUB_SHA::12}"  # the form `rlbox push` gives: TAG-<commit12>
+          docker buildx imagetools create --tag "$repo:$TAG" --tag "$repo:$immutable" "$repo@$digest"
+          echo "$REF: \\`$repo:$TAG\\`, \\`$repo:$immutable\\` = \\`$repo@$digest\\`" >> "$GITHUB_STEP_SUMMARY"
 """
 
 
