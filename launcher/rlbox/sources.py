@@ -95,7 +95,8 @@ def _fetch_git(v: ResolvedVariant, c, dest: Path, profile: Profile | None, echo)
         return target.name
     echo(f"git {c.name}@{c.spec.commit[:12]} from {c.spec.git}")
     env = _git_env(profile)
-    with tempfile.TemporaryDirectory(prefix=f"rlbox-{c.name}-", dir=dest.parent if dest.parent.exists() else None) as tmp:
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".fetching-{c.name}-", dir=dest) as tmp:
         repo = Path(tmp) / target.name
         _run(["git", "init", "-q", "--bare", repo], f"git init for {c.name}")
         fetched = subprocess.run(["git", "-C", repo, "fetch", "-q", "--depth", "1", c.spec.git, c.spec.commit],
