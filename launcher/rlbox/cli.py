@@ -202,7 +202,8 @@ def lock_cmd(refs, check, strict, pip_index, ca_bundle):
         elif ref in m.releases:
             chosen += [v for v in m.variants if v.release.release == ref]
         else:
-            m.get(f"{ref}:?")  # names the known releases
+            raise RlboxError(f"unknown release '{ref}'{matrix._did_you_mean(ref, m.releases)}; "
+                             f"known: {', '.join(sorted(m.releases))}")
     if check:
         problems = lock_mod.check(chosen)
         for p in problems:
