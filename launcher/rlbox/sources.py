@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +111,14 @@ def _fetch_git(v: ResolvedVariant, c, dest: Path, profile: Profile | None, echo)
     return target.name
 
 
+def _toml(text: str) -> dict:
+    try:
+        import tomllib  # Python 3.11+
+    except ModuleNotFoundError:  # Python 3.10: the parser pip carries
+        from pip._vendor import tomli as tomllib
+    return tomllib.loads(text)
+
+
 def _build_requirements(v: ResolvedVariant, dest: Path) -> list[str]:
     """What pip needs to build the git sources it installs (pyproject's [build-system])."""
     reqs: list[str] = []
@@ -121,7 +128,7 @@ def _build_requirements(v: ResolvedVariant, dest: Path) -> list[str]:
         path = f"{c.spec.subdir + '/' if c.spec.subdir else ''}pyproject.toml"
         shown = subprocess.run(["git", "-C", git_dir(dest, c.name, c.spec.commit), "show", f"{c.spec.commit}:{path}"],
                                capture_output=True, text=True)
-        build = tomllib.loads(shown.stdout).get("build-system", {}) if shown.returncode == 0 else {}
+        build = _toml(shown.stdout).get("build-system", {}) if shown.returncode == 0 else {}
         reqs += build.get("requires", ["setuptools>=40.8.0", "wheel"])
         if c.spec.install == "editable":
             reqs.append("wheel")
