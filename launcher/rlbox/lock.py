@@ -161,10 +161,10 @@ def resolve_base(image: str) -> dict[str, Any]:
     docker = shutil.which("docker")
     if docker is None:
         return {"image": image, "digest": None, "note": "no docker CLI to ask a registry"}
-    proc = subprocess.run([docker, "image", "inspect", "--format", "{{json .RepoDigests}}", image],
-                          capture_output=True, text=True)
-    if proc.returncode == 0:
-        for ref in json.loads(proc.stdout.strip() or "[]") or []:
+    local = subprocess.run([docker, "image", "inspect", "--format", "{{json .RepoDigests}}", image],
+                           capture_output=True, text=True)
+    if local.returncode == 0:
+        for ref in json.loads(local.stdout.strip() or "[]") or []:
             name, _, digest = ref.partition("@")
             if name == repo:
                 return {"image": image, "digest": digest, "note": "registry digest of the local copy"}
@@ -184,8 +184,7 @@ def resolve_base(image: str) -> dict[str, Any]:
                 return {"image": image, "digest": json.loads(proc.stdout)["digest"], "note": "registry manifest digest"}
             except (ValueError, KeyError):
                 pass
-    local = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True)
-    if local.returncode == 0:
+    if local.returncode == 0:  # on this engine, but never pushed or pulled: nothing to pin
         return {"image": image, "digest": None,
                 "note": "local image with no registry digest (made on this machine, e.g. by tools/make-base-image.sh)"}
     host = ref.registry or "docker.io"

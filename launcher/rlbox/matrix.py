@@ -16,6 +16,7 @@ loading reads files, nothing touches Docker.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import re
@@ -536,20 +537,24 @@ def _validate(model: type[BaseModel], data: dict[str, Any], rel: str):
         raise RlboxError(_one_line(err, rel, model)) from None
 
 
+def validate_named(model: type[BaseModel], entries: dict[str, Any], rel: str, key: str) -> dict[str, Any]:
+    """Each ``NAME: {...}`` under ``key`` of a file as ``model``; a problem names ``key.NAME.field``."""
+    out = {}
+    for name, body in entries.items():
+        try:
+            out[name] = model.model_validate(body or {})
+        except ValidationError as err:
+            raise RlboxError(_one_line(err, rel, model).replace(": ", f": {key}.{name}.", 1)) from None
+    return out
+
+
 def load_hardware(root: Path) -> dict[str, Hardware]:
     path = root / "images" / "hardware.yaml"
     data = _read_yaml(path, root)
     profiles = data.get("hardware")
     if not isinstance(profiles, dict) or not profiles:
         raise RlboxError(f"{_rel(path, root)}: hardware: missing; list the hardware profiles under `hardware:`")
-    out = {}
-    for name, body in profiles.items():
-        try:
-            out[name] = Hardware.model_validate(body or {})
-        except ValidationError as err:
-            line = _one_line(err, _rel(path, root), Hardware)
-            raise RlboxError(line.replace(": ", f": hardware.{name}.", 1)) from None
-    return out
+    return validate_named(Hardware, profiles, _rel(path, root), "hardware")
 
 
 def load(root: Path) -> Matrix:
@@ -616,13 +621,11 @@ def load(root: Path) -> Matrix:
             vcomps = comps
             if variant.components:
                 vcomps = _variant_components(root, rel, release, vname, variant)
-            probe = ResolvedVariant(release, vname, variant, variant.hardware, hw, platform, path, root, vcomps)
-            inputs = lockfile.inputs_digest(release, vname, {c.name: c.spec for c in vcomps}, probe.base_image, platform)
+            resolved = ResolvedVariant(release, vname, variant, variant.hardware, hw, platform, path, root, vcomps)
+            inputs = lockfile.inputs_digest(release, vname, {c.name: c.spec for c in vcomps}, resolved.base_image, platform)
             vlock = lockfile.variant_lock(lock_data, lock_rel, vname, inputs)
-            vcomps = tuple(_locked(c, vlock) for c in vcomps)
-            variants.append(
-                ResolvedVariant(release, vname, variant, variant.hardware, hw, platform, path, root, vcomps, inputs, vlock)
-            )
+            variants.append(dataclasses.replace(
+                resolved, components=tuple(_locked(c, vlock) for c in vcomps), lock_inputs=inputs, lock=vlock))
     tags = {}
     for v in variants:
         if v.image in tags:

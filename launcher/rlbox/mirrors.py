@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from .errors import RlboxError
-from .matrix import _did_you_mean, _one_line, _read_yaml, _rel, _Strict
+from .matrix import _did_you_mean, _read_yaml, _rel, _Strict, validate_named
 
 SOURCES_DIR = ".rlbox-sources"  # inside the build context: the offline build mounts it
 
@@ -45,14 +45,7 @@ def load(root: Path) -> dict[str, Profile]:
     if not path.exists():
         return {}
     data = _read_yaml(path, root).get("profiles") or {}
-    out = {}
-    for name, body in data.items():
-        try:
-            out[name] = Profile.model_validate(body or {})
-        except ValidationError as err:
-            line = _one_line(err, _rel(path, root), Profile)
-            raise RlboxError(line.replace(": ", f": profiles.{name}.", 1)) from None
-    return out
+    return validate_named(Profile, data, _rel(path, root), "profiles")
 
 
 def get(root: Path, name: str) -> Profile:

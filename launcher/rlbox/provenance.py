@@ -114,7 +114,7 @@ def _registry_record(ref):
 
     reg = Registry(ref.registry)
     manifest = reg.manifest(ref)
-    config = reg.config(ref)
+    config = reg.config_of(ref, manifest.image)
     wanted = {MANIFEST_PATH.lstrip("/"): None, SBOM_PATH.lstrip("/"): None}
     for layer in list(reversed(manifest.image.get("layers", [])))[:_PROVENANCE_LAYERS]:
         if all(v is not None for v in wanted.values()):

@@ -540,7 +540,8 @@ class Registry:
             raise self._fail(f"{ref.repository}: blob {digest} does not match its digest")
         return resp.content
 
-    def _config(self, ref: Reference, image: dict[str, Any]) -> ImageConfig:
+    def config_of(self, ref: Reference, image: dict[str, Any]) -> ImageConfig:
+        """The config blob of an image manifest already fetched (``Manifest.image``)."""
         digest = image["config"]["digest"]
         doc = json.loads(self.blob(ref, digest))
         cfg = doc.get("config") or {}
@@ -550,7 +551,7 @@ class Registry:
     def config(self, ref: Reference | str, platform: str | None = None) -> ImageConfig:
         """The image config (labels, OS, architecture) of ``ref``, for ``platform`` if it is an index."""
         ref = Reference.parse(ref) if isinstance(ref, str) else ref
-        return self._config(ref, self.manifest(ref, platform).image)
+        return self.config_of(ref, self.manifest(ref, platform).image)
 
     def configs(self, ref: Reference | str) -> tuple[str, list[ImageConfig]]:
         """The digest ``ref`` resolves to and the config of every platform image it holds."""
@@ -558,8 +559,8 @@ class Registry:
         body, digest, media = self._get_manifest(ref, ref.target)
         doc = json.loads(body)
         if media in INDEX_TYPES or "manifests" in doc:
-            return digest, [self._config(ref, self._image_manifest(ref, d)) for _, d in self._index_images(doc)]
-        return digest, [self._config(ref, doc)]
+            return digest, [self.config_of(ref, self._image_manifest(ref, d)) for _, d in self._index_images(doc)]
+        return digest, [self.config_of(ref, doc)]
 
     def digest(self, ref: Reference | str) -> str:
         """The digest ``ref`` resolves to (what ``docker pull NAME@DIGEST`` and RepoDigests use)."""
