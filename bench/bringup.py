@@ -30,8 +30,9 @@ from pathlib import Path
 
 import requests
 
-from rlbox import launch, run
-from rlbox.plan import SimNetwork
+from rlbox.cluster import launch
+from rlbox.cluster import execute as run
+from rlbox.cluster.plan import SimNetwork
 
 NPUS = 16
 

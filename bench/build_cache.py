@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import selftest  # noqa: E402
-from rlbox import matrix, render  # noqa: E402
+from rlbox.image import matrix  # noqa: E402
+from rlbox.image import render
 
 
 def build(tree: Path, ca: Path, *extra: str) -> tuple[float, str]:

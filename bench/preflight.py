@@ -21,7 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlbox import jobs, recipes, validate
+from rlbox.cluster import jobs
+from rlbox.cluster import recipes
+from rlbox.cluster.preflight import validate
 
 
 def median_time(fn, runs: int = 5) -> float:

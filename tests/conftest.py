@@ -81,7 +81,7 @@ def selftest_image(tmp_path_factory, fixture_git, ca_bundle):
 @pytest.fixture(scope="session")
 def sim_image(engine):
     """The simulation node image (Python + Ray), built from images/rlbox_sim.yaml if missing."""
-    from rlbox.launch import host_arch_variant
+    from rlbox.cluster.launch import host_arch_variant
 
     ref = f"rlbox_sim:{host_arch_variant()}"
     image = f"localhost/rlbox/sim:{host_arch_variant()}"

@@ -192,7 +192,9 @@ def make_tree(dest: Path, git_url: str, commit: str, patches: dict[str, str], ca
 
     ``edit`` may change the manifest (a dict) before it is written, locked and rendered.
     """
-    from rlbox import lock, matrix, render
+    from rlbox.image import lockfile as lock
+    from rlbox.image import matrix
+    from rlbox.image import render
 
     base_tree(dest)
     (dest / "patches" / "fixture").mkdir(parents=True)

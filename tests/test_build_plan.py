@@ -7,8 +7,9 @@ import shlex
 import pytest
 
 from conftest import REPO, rlbox
-from rlbox import build, matrix
-from rlbox.errors import RlboxError
+from rlbox.image import build
+from rlbox.image import matrix
+from rlbox.core.errors import RlboxError
 
 
 @pytest.fixture(scope="module")

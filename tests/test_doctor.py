@@ -9,7 +9,7 @@ import docker
 import pytest
 
 from conftest import rlbox
-from rlbox.plan import ports_for
+from rlbox.cluster.plan import ports_for
 
 pytestmark = pytest.mark.engine
 

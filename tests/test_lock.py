@@ -11,8 +11,10 @@ import yaml
 
 import selftest
 from conftest import REPO, rlbox
-from rlbox import lock, matrix, render
-from rlbox.errors import RlboxError
+from rlbox.image import lockfile as lock
+from rlbox.image import matrix
+from rlbox.image import render
+from rlbox.core.errors import RlboxError
 
 
 @pytest.fixture

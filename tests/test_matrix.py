@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from conftest import REPO, rlbox
-from rlbox import matrix
-from rlbox.errors import RlboxError
+from rlbox.image import matrix
+from rlbox.core.errors import RlboxError
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, rlbox
-from rlbox import metrics
-from rlbox.errors import RlboxError
+from rlbox.training import metrics
+from rlbox.core.errors import RlboxError
 
 # Verbatim from seed 001 §4.6 ("分析训练日志"): step 1 of the 4xA3 DAPO Qwen3-32B run.
 SEED_LINE = (

@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, rlbox
-from rlbox import cluster, jobs, launch, plan, recipes, sim
-from rlbox.errors import RlboxError
+from rlbox.cluster import spec as cluster
+from rlbox.cluster import jobs
+from rlbox.cluster import launch
+from rlbox.cluster import plan
+from rlbox.cluster import recipes
+from rlbox.cluster import sim
+from rlbox.core.errors import RlboxError
 
 PROFILES = {
     "a2": plan.Profile("a2", 8, "910B", (8, 16)),

@@ -27,9 +27,9 @@ import requests
 import yaml
 
 from conftest import REPO, rlbox
-from rlbox import sim
-from rlbox.errors import RlboxError
-from rlbox.registry import Credentials, Registry
+from rlbox.cluster import sim
+from rlbox.core.errors import RlboxError
+from rlbox.registry.client import Credentials, Registry
 
 pytestmark = pytest.mark.engine
 
@@ -327,7 +327,7 @@ def test_wrong_password_is_one_clear_line(registry, tree, pushed, npu_smi):
 
 def test_engine_login_failure_is_one_line(registry):
     """The engine's own login path (docker-py client.login), should the registry pass the API check."""
-    from rlbox.transfer import _login
+    from rlbox.image.transfer import _login
 
     creds = Credentials(USER, "Wr0ng-" + secrets.token_hex(6), "environment")
     with pytest.raises(RlboxError) as info:

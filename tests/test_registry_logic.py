@@ -14,10 +14,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from conftest import REPO
-from rlbox import doctor, matrix, sim, transfer
-from rlbox.errors import RlboxError
-from rlbox.registry import Credentials, Reference, Registry, credentials_for, parse_www_authenticate, scrub
-from rlbox.transfer import HostFacts
+from rlbox.cluster.preflight import doctor
+from rlbox.image import matrix
+from rlbox.cluster import sim
+from rlbox.image import transfer
+from rlbox.core.errors import RlboxError
+from rlbox.registry.client import Credentials, Reference, Registry, credentials_for, parse_www_authenticate, scrub
+from rlbox.image.transfer import HostFacts
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 DIGEST = "sha256:" + "ab" * 32

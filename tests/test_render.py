@@ -11,7 +11,8 @@ import dockerfile
 import pytest
 
 from conftest import REPO, rlbox
-from rlbox import matrix, render
+from rlbox.image import matrix
+from rlbox.image import render
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ import docker
 import pytest
 
 from conftest import REPO, rlbox
-from rlbox import run as run_mod
-from rlbox import triage
+from rlbox.cluster import execute as run_mod
+from rlbox.training import triage
 
 FIXTURES = REPO / "tests" / "fixtures" / "triage"
 SIGNATURES = triage.load_signatures()

@@ -11,7 +11,8 @@ import pytest
 
 import selftest
 from conftest import rlbox
-from rlbox import recipes, validate
+from rlbox.cluster import recipes
+from rlbox.cluster.preflight import validate
 
 MAIN_PPO = ["python3", "-m", "verl.trainer.main_ppo"]
 DAPO = ["python3", "-m", "recipe.dapo.main_dapo"]
@@ -101,7 +102,7 @@ def test_every_recipe_validates_clean(verl050, verl_source):
     nearest = {"verl_pt27_25rc3": verl_source, "verl_pt27_cann82rc1": validate.from_wheel("0.7.0")}
     for r in recipes.all_recipes():
         argv, _ = r.resolve({}, [])
-        from rlbox.jobs import plan_job
+        from rlbox.cluster.jobs import plan_job
 
         npus = 16 if r.hardware == "a3" else 8
         job = plan_job(argv, nodes=r.nodes, npus_per_node=npus, run="t", run_id="x")

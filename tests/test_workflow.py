@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from conftest import REPO, rlbox
-from rlbox import matrix, workflow
+from rlbox.image import matrix
+from rlbox.image import ci_workflow as workflow
 
 WORKFLOW = REPO / ".github" / "workflows" / "images.yml"
 

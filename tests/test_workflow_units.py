@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO
-from rlbox import evaluate as ev
-from rlbox import merge
-from rlbox.cluster import Host, Mount
-from rlbox.errors import RlboxError
+from rlbox.training import evaluate as ev
+from rlbox.training import merge
+from rlbox.cluster.spec import Host, Mount
+from rlbox.core.errors import RlboxError
 
 REAL = REPO / "tests" / "fixtures" / "workflow" / "aisbench-3.1.20260630"
 

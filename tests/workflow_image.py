@@ -76,7 +76,8 @@ def image() -> str:
 
 
 def make_tree(dest: Path) -> Path:
-    from rlbox import matrix, render
+    from rlbox.image import matrix
+    from rlbox.image import render
 
     selftest.base_tree(dest, ("hardware.yaml", "defaults.yaml", "rlbox_sim.yaml"))
     (dest / "images" / "workflow.yaml").write_text(yaml.safe_dump(manifest(), sort_keys=False))

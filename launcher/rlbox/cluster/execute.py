@@ -1,0 +1,305 @@
+"""Carrying out a RunPlan: containers on every node, Ray readiness, the job, teardown.
+
+Thin by design: every decision is already in the plan. What this adds is order, parallelism,
+and cleanup: any failure or Ctrl-C removes this run's containers (by label) on every node and
+the simulation network, so nothing is left half-started.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlbox.cluster import jobs
+from rlbox.cluster import ray
+from rlbox.cluster import sim
+from rlbox.core.errors import RlboxError
+from rlbox.cluster.hosts import Node, connect_all, on_every
+from rlbox.cluster.plan import LABEL_RUN, NodePlan, RunPlan
+
+Echo = Callable[[str], None]
+
+
+def _docker_reason(err: Exception) -> str:
+    text = getattr(err, "explanation", None) or str(err)
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return " ".join(str(text).split())[:300]
+
+
+def _start_error(node: NodePlan, err: Exception) -> RlboxError:
+    reason = _docker_reason(err)
+    if "gathering device information" in reason or ("no such file or directory" in reason and "/dev/" in reason):
+        dev = next((w.strip('":,') for w in reason.split() if w.strip('":,').startswith("/dev/")), "a device")
+        return RlboxError(
+            f"{node.host.name}: {dev} does not exist on the host; check the Ascend driver, "
+            f"or pass --devices with the host's NPU count"
+        )
+    if "error setting rlimit" in reason:
+        limits = dict((n, soft) for n, soft, _ in node.container.ulimits)
+        return RlboxError(
+            f"{node.host.name}: the engine refuses ulimit nofile={limits.get('nofile')}: its own hard limit is lower; "
+            "pass --nofile N (at most the host's `ulimit -Hn`)"
+        )
+    if "bind source path does not exist" in reason:
+        path = reason.rsplit("does not exist:", 1)[-1].strip()
+        return RlboxError(f"{node.host.name}: {path} does not exist on the host; install the Ascend driver there, "
+                          "or fix the --mount / mounts: entry")
+    return RlboxError(f"{node.host.name}: cannot start {node.container.name}: {reason}")
+
+
+@dataclass
+class Cluster:
+    """A plan being carried out on connected nodes."""
+
+    plan: RunPlan
+    nodes: list[Node]
+    echo: Echo
+    dashboard: str | None = None
+    _torn_down: bool = field(default=False, repr=False)
+
+    # -- bring-up -------------------------------------------------------------------------
+    def preflight(self, replace: bool) -> None:
+        """Image present everywhere; no live run of the same name (unless --replace, in which
+        case it is removed later, by `clear`, once every check has passed)."""
+        from docker.errors import ImageNotFound
+
+        def check(pair):
+            node_plan, node = pair
+            try:
+                node.client.images.get(self.plan.image)
+            except ImageNotFound:
+                hint = "build it with `rlbox build rlbox_sim:<arch>`" if self.plan.sim else "pull it (docker pull) or build it (rlbox build)"
+                raise RlboxError(f"{node_plan.host.name}: image {self.plan.image} is not present; {hint}") from None
+            boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.plan.run}"})
+            live = [c for c in boxes if c.status in ("running", "restarting", "created", "paused")]
+            if live and not replace:
+                raise RlboxError(
+                    f"{node_plan.host.name}: run '{self.plan.run}' is already live ({live[0].name}); "
+                    "stop it (rlbox stop --name ...), pick another --name, or pass --replace"
+                )
+
+        _, errors = on_every(check, list(zip(self.plan.nodes, self.nodes)))
+        if errors:
+            raise errors[0]
+
+    def clear(self) -> None:
+        """Remove what an earlier run of this name left (exited, or live under --replace)."""
+        remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None)
+
+    def start(self) -> None:
+        if self.plan.network:
+            sim.create_network(self.nodes[0].client, self.plan.network, self.plan.run)
+
+        def start_one(pair):
+            node_plan, node = pair
+            try:
+                box = node.client.containers.create(**node_plan.container.docker_py())
+            except Exception as err:  # docker.errors.APIError and friends
+                raise _start_error(node_plan, err) from None
+            try:
+                if self.plan.network:
+                    net = node.client.networks.get(self.plan.network.name)
+                    net.disconnect(box)
+                    net.connect(box, ipv4_address=node_plan.container.ip)
+                box.start()
+            except Exception as err:  # noqa: BLE001
+                raise _start_error(node_plan, err) from None
+            self.echo(f"node{node_plan.index} {node_plan.role:6} started on {node_plan.host.name} ({node_plan.npus} NPUs)")
+
+        _, errors = on_every(start_one, list(zip(self.plan.nodes, self.nodes)))
+        if errors:
+            raise errors[0]
+
+    def connect_dashboard(self) -> str:
+        if self.plan.sim:
+            self.dashboard = f"http://127.0.0.1:{self.plan.ports.dashboard}"
+        else:
+            self.dashboard = self.nodes[0].forward(self.plan.head, self.plan.ports.dashboard)
+        return self.dashboard
+
+    def exited_node(self) -> str | None:
+        """A node whose container has stopped, with its last log line (a fatal condition)."""
+        for node_plan, node in zip(self.plan.nodes, self.nodes):
+            try:
+                box = node.client.containers.get(node_plan.container.name)
+            except Exception:  # noqa: BLE001
+                return f"{node_plan.label} container is gone"
+            if box.status in ("exited", "dead"):
+                tail = box.logs(tail=3).decode(errors="replace").strip().splitlines()
+                return f"{node_plan.label} exited: {tail[-1] if tail else 'no output'}"
+        return None
+
+    def wait_ready(self, timeout: float) -> None:
+        expected = {f"node{n.index} ({n.host.name})": n.container.ip or n.host.address or n.host.name
+                    for n in self.plan.nodes}
+
+        def progress(nodes_up: int, npus: int, total: int) -> None:
+            self.echo(f"ray: {nodes_up}/{len(self.plan.nodes)} nodes, {npus}/{total} NPUs")
+
+        ray.wait_for_npus(self.dashboard, expected, self.plan.total_npus, timeout, progress, self.exited_node)
+
+    # -- teardown -------------------------------------------------------------------------
+    def teardown(self) -> None:
+        if self._torn_down:
+            return
+        self._torn_down = True
+        remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None)
+        for node in self.nodes:
+            node.close()
+
+
+def remove_run(nodes: list[Node], run: str, network: str | None) -> int:
+    """Remove every container labelled with this run on every node, then the sim network."""
+
+    def remove(node: Node) -> set[str]:
+        try:
+            boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"})
+        except Exception as err:  # noqa: BLE001 - an engine gone away: say which, go on with the others
+            raise RlboxError(f"{node.host.name}: cannot list run {run}'s containers ({_docker_reason(err)}); "
+                             f"rerun `rlbox stop --name {run}`") from None
+        for box in boxes:
+            try:
+                box.remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone (nodes may share one engine)
+                pass
+        return {box.id for box in boxes}
+
+    results, errors = on_every(remove, nodes)
+    removed = len(set().union(*results))
+    if errors:
+        raise errors[0]
+    if network and nodes:
+        for net in nodes[0].client.networks.list(names=[network]):
+            if net.name != network:  # the engine matches names by substring
+                continue
+            try:
+                net.remove()
+            except Exception:  # noqa: BLE001 - still in use: removed with its last container
+                pass
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    exit_code: int
+    status: str
+    ready_seconds: float
+    log_path: Path | None
+
+
+def write_state(path: Path, plan: RunPlan, **extra) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = plan.as_dict() | extra
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+
+
+def execute(
+    plan: RunPlan,
+    *,
+    run_dir: Path,
+    echo: Echo,
+    emit: Echo,
+    timeout: float = 300,
+    replace: bool = False,
+    detach: bool = False,
+    keep: bool = False,
+    bring_up_only: bool = False,
+    before: Callable[[list[Node]], None] | None = None,
+    on_failure: Callable[[list[Node], Path], None] | None = None,
+) -> Outcome:
+    """Carry out the plan. Tears everything down on failure, Ctrl-C, SIGTERM, or at the end."""
+    state = run_dir / "state.json"
+    log_path = run_dir / f"{plan.run_id}.log"
+    started = time.monotonic()
+    nodes = connect_all(tuple(n.host for n in plan.nodes))
+    cluster = Cluster(plan, nodes, echo)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    cleanup = False  # nothing of ours exists until preflight has passed
+    submission = None
+    client = None
+    try:
+        cluster.preflight(replace)  # refuses a live run of this name before anything else
+        if plan.sim_files:
+            sim.write_hosts(plan)
+        if before is not None:  # checks that need the engines but must pass before anything starts
+            before(nodes)
+        cluster.clear()  # only now: a failed check leaves a --replace'd run alone
+        cleanup = True
+        write_state(state, plan, phase="starting")
+        cluster.start()
+        cluster.connect_dashboard()
+        cluster.wait_ready(timeout)
+        ready = time.monotonic() - started
+        echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
+        write_state(state, plan, phase="ready", ready_seconds=round(ready, 2), log=str(log_path))
+        if bring_up_only or plan.job is None:
+            cleanup = not keep
+            return Outcome(0, "READY", ready, None)
+        client = jobs.JobsClient(cluster.dashboard)
+        submission = client.submit(plan.job)
+        echo(f"job {submission} submitted; log: {log_path}")
+        write_state(state, plan, phase="running", submission_id=submission, ready_seconds=round(ready, 2), log=str(log_path))
+        if detach:
+            cleanup = False
+            return Outcome(0, "RUNNING", ready, log_path)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("w", encoding="utf-8") as log:
+            def both(text: str) -> None:
+                log.write(text)
+                log.flush()
+                emit(text)
+            try:
+                info = client.follow(submission, both)
+            except jobs.LostContact as lost:
+                cleanup = False
+                raise RlboxError(f"{lost}; the cluster is left running: follow with `rlbox logs -f --name {plan.run}`, "
+                                 f"end with `rlbox stop --name {plan.run}`") from None
+        code = jobs.exit_code(info)
+        status = info.get("status", "UNKNOWN")
+        echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))
+        write_state(state, plan, phase="finished", submission_id=submission, status=status, exit_code=code, log=str(log_path))
+        if status == "FAILED" and on_failure is not None:  # while the containers still exist
+            guarded(on_failure, nodes, log_path, echo=echo)
+        cleanup = not keep
+        return Outcome(code, status, ready, log_path)
+    except KeyboardInterrupt:
+        echo("interrupted: stopping the job and tearing down every node")
+        if client and submission:
+            try:
+                client.stop(submission)
+            except RlboxError:
+                pass
+        raise RlboxError("interrupted; every node was cleaned up", exit_code=130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if cleanup:
+            cluster.teardown()
+            if state.exists():
+                write_state(state, plan, **(json.loads(state.read_text()) | {"phase": "removed"}))
+        else:
+            for node in nodes:
+                node.close()
+
+
+def guarded(hook: Callable[[list[Node], Path], None], nodes: list[Node], log_path: Path, *, echo: Echo) -> None:
+    """Run a post-failure hook (the triage) so that nothing it does, fails or is interrupted
+    with, changes what follows: the job's exit code and the teardown. A failure is one line."""
+    try:
+        hook(nodes, log_path)
+    except KeyboardInterrupt:
+        echo("triage interrupted; tearing down")
+    except Exception as err:  # noqa: BLE001
+        reason = " ".join(str(err).split())[:300] or type(err).__name__
+        echo(f"warning: triage failed ({reason}); the job's own log: {log_path}")
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt

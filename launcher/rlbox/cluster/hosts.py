@@ -1,0 +1,199 @@
+"""Reaching hosts: the local Docker engine, or a remote one through an SSH tunnel.
+
+A remote engine is reached by forwarding a local unix socket to the host's
+``/var/run/docker.sock`` with ``ssh -N -L`` (argv lists, never a shell string), so every ssh
+option (port, identity, known_hosts, batch mode, timeouts) is ours to set and a failure names
+the host. The same tunnel mechanism forwards the Ray dashboard of a remote head.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlbox.cluster.spec import Host
+from rlbox.core.errors import RlboxError
+
+DOCKER_SOCKET = "/var/run/docker.sock"
+SSH_CONNECT_TIMEOUT = 10
+
+
+def ssh_base(host: Host) -> list[str]:
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT}",
+            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3"]
+    if host.ssh_port:
+        argv += ["-p", str(host.ssh_port)]
+    if host.identity_file:
+        argv += ["-i", os.path.expanduser(host.identity_file), "-o", "IdentitiesOnly=yes"]
+    if host.known_hosts:
+        argv += ["-o", f"UserKnownHostsFile={os.path.expanduser(host.known_hosts)}", "-o", "StrictHostKeyChecking=yes"]
+    return argv
+
+
+def ssh_target(host: Host) -> str:
+    return f"{host.ssh_user}@{host.name}" if host.ssh_user else host.name
+
+
+@dataclass
+class Tunnel:
+    """One `ssh -N -L` forward; closed with the node."""
+
+    proc: subprocess.Popen
+    local: str
+    workdir: tempfile.TemporaryDirectory | None = None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self.workdir is not None:
+            self.workdir.cleanup()
+
+
+def _open_tunnel(host: Host, forward: str, ready, local: str, workdir=None, timeout: float = 20) -> Tunnel:
+    argv = [*ssh_base(host), "-N", "-o", "ExitOnForwardFailure=yes", "-L", forward, ssh_target(host)]
+    try:  # its own session: a Ctrl-C at the terminal must not kill the tunnel teardown needs
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    except OSError as err:
+        if workdir is not None:
+            workdir.cleanup()
+        raise RlboxError(f"{host.name}: cannot run ssh ({err.strerror}); install openssh-client") from None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = (proc.stderr.read() or "").strip().splitlines()
+            if workdir is not None:
+                workdir.cleanup()
+            reason = err[-1] if err else f"ssh exited with {proc.returncode}"
+            raise RlboxError(f"{host.name}: cannot reach over ssh ({reason}); check the host, its ssh port and key")
+        if ready():
+            return Tunnel(proc, local, workdir)
+        time.sleep(0.05)
+    proc.kill()
+    if workdir is not None:
+        workdir.cleanup()
+    raise RlboxError(f"{host.name}: ssh tunnel did not come up in {timeout:.0f} s")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _accepts(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(path)
+            return True
+        except OSError:
+            return False
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class Node:
+    """A connection to one host's Docker engine."""
+
+    host: Host
+    client: object
+    tunnels: list[Tunnel] = field(default_factory=list)
+
+    def forward(self, address: str, port: int) -> str:
+        """A local URL reaching ``address:port`` as seen from this host."""
+        if self.host.local:
+            return f"http://{address}:{port}"
+        local = _free_port()
+        tunnel = _open_tunnel(self.host, f"127.0.0.1:{local}:{address}:{port}", lambda: _port_open(local), str(local))
+        self.tunnels.append(tunnel)
+        return f"http://127.0.0.1:{local}"
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+        for t in self.tunnels:
+            t.close()
+
+
+def connect(host: Host) -> Node:
+    import docker
+    from docker.errors import DockerException
+
+    if host.local:
+        try:
+            client = docker.from_env()
+            client.ping()
+        except DockerException as err:
+            raise RlboxError(f"{host.name}: Docker engine not reachable ({str(err).splitlines()[0][:120]}); start dockerd") from None
+        return Node(host, client)
+    workdir = tempfile.TemporaryDirectory(prefix="rlbox-ssh-")
+    sock = str(Path(workdir.name) / "docker.sock")
+    tunnel = _open_tunnel(host, f"{sock}:{DOCKER_SOCKET}", lambda: os.path.exists(sock) and _accepts(sock), sock, workdir)
+    try:
+        client = docker.DockerClient(base_url=f"unix://{sock}", timeout=120)
+        client.ping()
+    except DockerException as err:
+        tunnel.close()
+        raise RlboxError(f"{host.name}: Docker engine not reachable over ssh ({str(err).splitlines()[0][:120]})") from None
+    return Node(host, client, [tunnel])
+
+
+def on_every(fn, items) -> tuple[list, list[RlboxError]]:
+    """``fn`` on every item at once (one thread each); results in order, and the errors, each
+    an RlboxError (an unexpected exception becomes one, so no thread's failure is lost)."""
+    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+    results, errors = [], []
+    for item, f in zip(items, futures):
+        try:
+            results.append(f.result())
+        except RlboxError as err:
+            errors.append(err)
+        except Exception as err:  # noqa: BLE001
+            name = getattr(getattr(item, "host", None), "name", None) or getattr(item, "name", None) or str(item)
+            errors.append(RlboxError(f"{name}: {type(err).__name__}: {' '.join(str(err).split())[:200]}"))
+    return results, errors
+
+
+def connect_all(hosts: tuple[Host, ...]) -> list[Node]:
+    """Connect to every host in parallel; on any failure close the others and name the host."""
+    nodes, errors = on_every(connect, hosts)
+    if errors:
+        for n in nodes:
+            n.close()
+        raise errors[0]
+    return nodes
+
+
+_DAVINCI = re.compile(r"^davinci(\d+)$")
+
+
+def count_devices(host: Host) -> int:
+    """NPUs on a host: its /dev/davinci<N> nodes (A2 boxes come with 8 or 16)."""
+    if host.local:
+        names = os.listdir("/dev")
+    else:
+        proc = subprocess.run([*ssh_base(host), ssh_target(host), "ls", "-1", "/dev"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=SSH_CONNECT_TIMEOUT + 20)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["ssh failed"])[-1]
+            raise RlboxError(f"{host.name}: cannot list /dev over ssh ({last})")
+        names = proc.stdout.split()
+    return sum(1 for n in names if _DAVINCI.match(n))

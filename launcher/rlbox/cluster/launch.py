@@ -1,0 +1,247 @@
+"""From `rlbox run` options to a RunPlan: cluster, image, hardware, devices, job.
+
+Everything here is planning. The one thing read from hosts is their NPU count when it is not
+known otherwise (real cluster, no --devices, not a dry run).
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+import re
+import secrets
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from rlbox.cluster import spec as cluster
+from rlbox.cluster import hosts
+from rlbox.cluster import jobs
+from rlbox.image import matrix
+from rlbox.cluster import recipes
+from rlbox.cluster import sim
+from rlbox.cluster.preflight import validate
+from rlbox.core.errors import RlboxError
+from rlbox.core.paths import find_root
+from rlbox.cluster.plan import NOFILE, JobPlan, Profile, RunPlan, plan_run
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
+
+
+@dataclass
+class RunRequest:
+    hosts: str | None = None
+    cluster_file: Path | None = None
+    nodes: int | None = None
+    sim: bool = False
+    image: str | None = None
+    hardware: str | None = None
+    devices: int | None = None
+    mounts: list[str] = field(default_factory=list)
+    nic: str | None = None
+    env: list[str] = field(default_factory=list)
+    privileged: bool = False
+    name: str = "verl"
+    recipe: str | None = None
+    params: list[str] = field(default_factory=list)
+    sets: list[str] = field(default_factory=list)
+    smoke_test: bool = False
+    command: list[str] = field(default_factory=list)
+    runs_dir: Path = Path("runs")
+    sim_driver: str | None = None
+    cpus: int | None = None
+    nofile: int | None = None
+    dry_run: bool = False
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise RlboxError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def host_arch_variant() -> str:
+    return "arm64" if _platform.machine() in ("aarch64", "arm64") else "amd64"
+
+
+def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
+    """The plan for a run and its run directory. Raises RlboxError on any inconsistency."""
+    if not NAME.fullmatch(req.name):
+        raise RlboxError(f"--name {req.name!r}: use lower-case letters, digits and '-' (max 41)")
+    recipe = recipes.load(req.recipe) if req.recipe else None
+    jobs_given = sum([bool(recipe), bool(req.command), req.smoke_test])
+    if jobs_given > 1:
+        raise RlboxError("give one job: a command after `--`, --recipe NAME, or --smoke-test")
+    if (req.params or req.sets) and not recipe:
+        raise RlboxError("--param and --set go with --recipe (a command after `--` takes key=value itself)")
+
+    # -- hosts ----------------------------------------------------------------------------
+    if req.hosts and req.cluster_file:
+        raise RlboxError("give --hosts or --cluster, not both")
+    if req.hosts:
+        spec = cluster.from_hosts(req.hosts)
+    elif req.cluster_file:
+        spec = cluster.from_file(req.cluster_file)
+    elif req.sim:
+        n = req.nodes or (recipe.nodes if recipe else None)
+        if not n:
+            raise RlboxError("--sim needs --nodes N (or --hosts/--cluster naming the nodes)")
+        spec = cluster.ClusterSpec(tuple(cluster.Host(name=f"sim{i}", transport="local") for i in range(n)), source="--sim")
+    else:
+        raise RlboxError("no hosts: give --hosts a,b,c, --cluster FILE, or --sim --nodes N")
+    cluster.agree(spec, req.nodes)
+    if req.sim:  # simulated nodes live on the local engine unless a host says how to ssh to it
+        spec = replace(spec, hosts=tuple(
+            replace(h, transport="ssh" if (h.ssh_user or h.ssh_port or h.identity_file) else "local") for h in spec.hosts))
+    if req.nic:
+        spec = replace(spec, hosts=tuple(replace(h, nic=h.nic or req.nic) for h in spec.hosts))
+    if req.mounts:
+        spec = replace(spec, mounts=spec.mounts + tuple(cluster.Mount.parse(m) for m in req.mounts))
+
+    # -- image and hardware ---------------------------------------------------------------
+    m = matrix.load(find_root())
+    image_ref = req.image or spec.image
+    hardware = req.hardware or (spec.hardware if spec.hardware != "auto" else None)
+    if hardware and hardware not in cluster.HARDWARE_CHOICES:
+        raise RlboxError(f"--hardware {hardware}: choose one of {', '.join(cluster.HARDWARE_CHOICES)}")
+    if hardware == "auto":
+        hardware = None
+    if req.sim:
+        image, _ = m.image_for(image_ref or f"rlbox_sim:{host_arch_variant()}")
+        hardware = hardware or (recipe.hardware if recipe else None) or "a3"
+    else:
+        if not image_ref and recipe:
+            hw = hardware or recipe.hardware
+            image_ref = m.for_hardware(recipe.release, hw).ref
+        if not image_ref:
+            raise RlboxError("--image: give RELEASE:VARIANT (see `rlbox images list`) or a full image reference")
+        image, variant = m.image_for(image_ref)
+        if variant:
+            if hardware and hardware != variant.hardware_name:
+                raise RlboxError(f"--hardware {hardware} disagrees with image {image_ref}, built for {variant.hardware_name}")
+            hardware = variant.hardware_name
+        elif not hardware:
+            raise RlboxError(f"--hardware: image {image_ref} is not from the matrix; say a2, a3 or ax")
+    hw = m.hardware[hardware]
+    profile = Profile(hardware, hw.npus_per_node, hw.npu_smi_chip, tuple(hw.device_counts))
+
+    # -- devices --------------------------------------------------------------------------
+    if req.devices is not None:
+        if req.devices <= 0:
+            raise RlboxError("--devices must be positive")
+        devices = {h.name: req.devices for h in spec.hosts}
+    elif req.sim:
+        devices = {h.name: h.sim.devices if h.sim.devices is not None else profile.npus_per_node for h in spec.hosts}
+    elif req.dry_run:
+        devices = {h.name: profile.npus_per_node for h in spec.hosts}
+    else:
+        devices = {h.name: hosts.count_devices(h) for h in spec.hosts}
+
+    # -- the run ---------------------------------------------------------------------------
+    run_id = secrets.token_hex(4)
+    run_dir = (req.runs_dir / req.name).resolve()
+    sim_files = None
+    network = None
+    if req.sim:
+        sim_files = str(run_dir / "sim")
+        network = sim.network_for(req.name)
+    npus = min(devices.values())
+    driver_min = _driver_for(m, image)
+    sim_driver = req.sim_driver or driver_min or "25.3.rc1"
+    env = tuple(_pairs(req.env, "--env").items())
+    job: JobPlan | None = None
+    if req.smoke_test:
+        job = jobs.smoke_job(run=req.name, run_id=run_id)
+    elif recipe:
+        argv, job_env = recipe.resolve(_pairs(req.params, "--param"), list(req.sets))
+        job = jobs.plan_job(argv, nodes=spec.nodes, npus_per_node=npus, run=req.name, run_id=run_id,
+                            working_dir=recipe.working_dir, env=job_env, description=f"recipe {recipe.name}")
+    elif req.command:
+        job = jobs.plan_job(list(req.command), nodes=spec.nodes, npus_per_node=npus, run=req.name, run_id=run_id)
+    plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
+                    sim_files=sim_files, network=network, privileged=req.privileged, job=job,
+                    extra_env=env, cpus=req.cpus, nofile={h.name: _nofile(h, req.nofile) for h in spec.hosts},
+                    sim_driver=sim_driver, driver_min=driver_min or (sim_driver if req.sim else None),
+                    driver_max=_driver_for(m, image, "max"))
+    if req.sim and hardware not in sim.CHIPS:
+        raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
+    return plan, run_dir
+
+
+def _nofile(host: cluster.Host, asked: int | None) -> int:
+    """The open-files limit for a node: asked, else 65536, held under this machine's hard limit
+    for nodes on the local engine (a container cannot exceed the engine's own limit)."""
+    if asked is not None:
+        return asked
+    if host.local:
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard != resource.RLIM_INFINITY:
+            return min(NOFILE, hard)
+    return NOFILE
+
+
+def _driver_for(m: matrix.Matrix, image: str, bound: str = "min") -> str | None:
+    """The driver bound (min or max) the matrix records for an image it builds."""
+    for v in m.variants:
+        value = getattr(v.release.driver, bound)
+        if v.image == image and value and value != "none":
+            return value.lower()
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# What must pass on the connected nodes before anything starts.
+
+def verl_tree(verl_version, verl_config, client, image, echo=None):
+    """Where the verl config comes from: an explicit folder or version, else the image's verl
+    (None, with a notice, when the image has none, as the simulation image)."""
+    if verl_config:
+        return validate.from_folder(verl_config)
+    if verl_version:
+        return validate.from_wheel(verl_version)
+    try:
+        return validate.from_image(client, image)
+    except RlboxError as err:
+        if "has no verl" in str(err) and echo:
+            echo(f"not validated: {err}")
+            return None
+        raise
+
+
+def report(problems, tree, warn) -> None:
+    """All but the last problem as warnings, the last as the error (one line each)."""
+    if problems:
+        for p in problems[:-1]:
+            warn(f"invalid: {p}")
+        raise RlboxError(f"invalid: {problems[-1]}  ({len(problems)} problem(s) against {tree.origin}; nothing was started)")
+
+
+def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, run_validate=True, run_doctor=True,
+                        replace=False, echo=print, warn=print):
+    """The hook `run.execute` calls once the nodes are connected: the verl job's validation,
+    then `rlbox doctor`'s checks; either stops the run before any container starts."""
+    from rlbox.cluster.preflight import doctor as doctor_mod
+
+    verl_job = plan.job is not None and jobs.is_verl(list(plan.job.argv)) and run_validate
+
+    def before(nodes):
+        if verl_job:
+            tree = verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
+            if tree is not None:
+                report(validate.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node), tree, warn)
+                echo(f"job overrides valid against {tree.origin}")
+        if run_doctor:
+            checks, took = doctor_mod.run_checks(plan, nodes, replace)
+            bad = [c for c in checks if not c.ok]
+            for c in bad[:-1]:
+                warn(f"✗ {c.line()}")
+            if bad:
+                raise RlboxError(f"pre-flight: {bad[-1].line()}  ({len(bad)} failed check(s); nothing was started; "
+                                 "`rlbox doctor` shows all, --no-doctor skips)")
+            echo(f"pre-flight: {len(checks)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
+
+    return before

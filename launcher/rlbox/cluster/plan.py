@@ -1,0 +1,500 @@
+"""Planning a run: from a cluster description to per-node container specs, Ray commands and
+the job. Pure functions and printable values (``--dry-run`` prints them); nothing here touches
+a host. ``run.py`` carries a plan out.
+
+The same plan serves a real cluster and the simulation: in ``--sim`` only the device source
+(``/dev/null`` instead of ``/dev/davinciN``), the host-side driver files (stand-ins) and the
+network (a private Docker network with one address per node instead of the host network)
+differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import shlex
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from rlbox.cluster.spec import ClusterSpec, Host, Mount
+from rlbox.core.errors import RlboxError
+
+LABEL_RUN = "io.rlbox.run"
+LABEL_RUN_ID = "io.rlbox.run-id"
+LABEL_NODE = "io.rlbox.node"
+LABEL_ROLE = "io.rlbox.role"
+LABEL_MANAGED = "io.rlbox.managed"
+
+CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+DRIVER_DIR = "/usr/local/Ascend/driver"
+DCMI_DIR = "/usr/local/dcmi"
+NPU_SMI = "/usr/local/bin/npu-smi"
+INSTALL_INFO = "/etc/ascend_install.info"
+
+# What every node's container gets (seed 001 ray_start.sh, seed 004 runtime_env.yaml).
+BASE_ENV = {
+    "RAY_DEDUP_LOGS": "0",
+    "HYDRA_FULL_ERROR": "1",
+    "TASK_QUEUE_ENABLE": "1",
+    "HCCL_CONNECT_TIMEOUT": "3600",
+    "HCCL_EXEC_TIMEOUT": "3600",
+    "HCCL_ASYNC_ERROR_HANDLING": "0",
+}
+NOFILE = 65536
+NPROC = 65536
+
+# The node's main process. Constant text: every value reaches it as a positional argument, so
+# nothing from the command line is ever parsed by a shell. It finds the interface that routes
+# to the head (unless RLBOX_NIC names one), exports the socket variables from it, waits for the
+# head's GCS port on workers, and replaces itself with `ray start ... --block`.
+NODE_SCRIPT = r"""set -eu
+role=$1 head=$2 port=$3; shift 3
+if [ -n "${RLBOX_NIC:-}" ]; then
+  nic=$RLBOX_NIC
+  ip=$(ip -o -4 addr show dev "$nic" | awk '{split($4, a, "/"); print a[1]; exit}')
+elif ip -o -4 addr show | awk '{split($4, a, "/"); print a[1]}' | grep -qx "$head"; then
+  nic=$(ip -o -4 addr show | awk -v h="$head" '{split($4, a, "/"); if (a[1] == h) {print $2; exit}}')
+  ip=$head
+else
+  route=$(ip -o route get "$head")
+  nic=$(echo "$route" | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i + 1); exit}}')
+  ip=$(echo "$route" | awk '{for (i = 1; i < NF; i++) if ($i == "src") {print $(i + 1); exit}}')
+fi
+if [ -z "$nic" ] || [ -z "$ip" ]; then echo "rlbox-node: no interface routes to the head $head" >&2; exit 3; fi
+export HCCL_SOCKET_IFNAME=${HCCL_SOCKET_IFNAME:-$nic} GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-$nic}
+export TP_SOCKET_IFNAME=${TP_SOCKET_IFNAME:-$nic} HCCL_IF_IP=${HCCL_IF_IP:-$ip}
+echo "rlbox-node: $role on $ip ($nic), head $head:$port"
+if [ "$role" = worker ]; then
+  i=0
+  until (exec 3<>"/dev/tcp/$head/$port") 2>/dev/null; do
+    i=$((i + 1)); [ "$i" -lt 3000 ] || { echo "rlbox-node: head $head:$port unreachable" >&2; exit 4; }
+    sleep 0.1
+  done
+fi
+exec "$@" --node-ip-address="$ip"
+"""
+
+
+@dataclass(frozen=True)
+class RayPorts:
+    """A block of ports owned by one run: never Ray's defaults, so a stale cluster cannot collide."""
+
+    gcs: int
+    dashboard: int
+    client: int
+    node_manager: int
+    object_manager: int
+    dashboard_agent_grpc: int
+    dashboard_agent_http: int
+    metrics: int
+    runtime_env_agent: int
+    autoscaler_metrics: int
+    dashboard_metrics: int
+    worker_range: tuple[int, int]
+
+    @classmethod
+    def block(cls, base: int) -> "RayPorts":
+        """Consecutive ports from ``base``; Ray's workers take ``base+100 .. base+999``."""
+        singles = [f.name for f in fields(cls) if f.name != "worker_range"]
+        return cls(*(base + i for i in range(len(singles))), worker_range=(base + 100, base + 999))
+
+    def env(self) -> dict[str, str]:
+        """The two head ports Ray takes only from the environment, not from flags."""
+        return {"AUTOSCALER_METRIC_PORT": str(self.autoscaler_metrics), "DASHBOARD_METRIC_PORT": str(self.dashboard_metrics)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ports_for(run: str) -> RayPorts:
+    """Ports 20000-59999 in blocks of 1000, chosen by the run's name (stable across retries)."""
+    block = int(hashlib.sha256(run.encode()).hexdigest(), 16) % 40
+    return RayPorts.block(20000 + block * 1000)
+
+
+def ray_start(role: str, head: str, ports: RayPorts, npus: int, cpus: int | None = None) -> list[str]:
+    """`ray start` for one node; the node script appends --node-ip-address."""
+    argv = ["ray", "start", "--block", "--disable-usage-stats", f"--resources={{\"NPU\": {npus}}}"]
+    if role == "head":
+        argv += [
+            "--head",
+            f"--port={ports.gcs}",
+            f"--dashboard-host={head}",
+            f"--dashboard-port={ports.dashboard}",
+            f"--ray-client-server-port={ports.client}",
+            "--include-dashboard=true",
+        ]
+    else:
+        argv += [f"--address={head}:{ports.gcs}"]
+    lo, hi = ports.worker_range
+    argv += [
+        f"--node-manager-port={ports.node_manager}",
+        f"--object-manager-port={ports.object_manager}",
+        f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
+        f"--dashboard-agent-listen-port={ports.dashboard_agent_http}",
+        f"--metrics-export-port={ports.metrics}",
+        f"--runtime-env-agent-port={ports.runtime_env_agent}",
+        f"--min-worker-port={lo}",
+        f"--max-worker-port={hi}",
+    ]
+    if cpus is not None:
+        argv.append(f"--num-cpus={cpus}")
+    return argv
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ContainerSpec:
+    """One node's container, as data. Renders to the exact `docker run` and to docker-py kwargs."""
+
+    name: str
+    image: str
+    command: tuple[str, ...]
+    devices: tuple[tuple[str, str], ...]
+    mounts: tuple[Mount, ...]
+    env: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    network: str = "host"
+    ip: str | None = None
+    hostname: str | None = None
+    ipc: str = "host"
+    ulimits: tuple[tuple[str, int, int], ...] = (("nofile", NOFILE, NOFILE), ("nproc", NPROC, NPROC))
+    privileged: bool = False
+    publish: tuple[tuple[str, int, int], ...] = ()  # (host ip, host port, container port)
+
+    def docker_run(self) -> list[str]:
+        argv = ["docker", "run", "--detach", "--name", self.name, "--network", self.network]
+        if self.ip:
+            argv += ["--ip", self.ip]
+        if self.hostname:
+            argv += ["--hostname", self.hostname]
+        argv += ["--ipc", self.ipc]
+        if self.privileged:
+            argv.append("--privileged")
+        for name, soft, hard in self.ulimits:
+            argv += ["--ulimit", f"{name}={soft}:{hard}"]
+        for src, dst in self.devices:
+            argv += ["--device", src if src == dst else f"{src}:{dst}"]
+        for m in self.mounts:
+            argv += ["--volume", m.spec()]
+        for host_ip, host_port, port in self.publish:
+            argv += ["--publish", f"{host_ip}:{host_port}:{port}"]
+        for k, v in self.env:
+            argv += ["--env", f"{k}={v}"]
+        for k, v in self.labels:
+            argv += ["--label", f"{k}={v}"]
+        return argv + [self.image, *self.command]
+
+    def docker_py(self) -> dict[str, Any]:
+        """Arguments for ``client.containers.create`` meaning exactly what docker_run says."""
+        from docker.types import Mount as DockerMount
+        from docker.types import Ulimit
+
+        kwargs: dict[str, Any] = {
+            "image": self.image,
+            "command": list(self.command),
+            "name": self.name,
+            "detach": True,
+            "ipc_mode": self.ipc,
+            "privileged": self.privileged,
+            "devices": [f"{src}:{dst}:rwm" for src, dst in self.devices],
+            "mounts": [DockerMount(m.target, m.source, type="bind", read_only=m.read_only) for m in self.mounts],
+            "environment": dict(self.env),
+            "labels": dict(self.labels),
+            "ulimits": [Ulimit(name=n, soft=s, hard=h) for n, s, h in self.ulimits],
+        }
+        if self.network == "host":
+            kwargs["network_mode"] = "host"
+        else:
+            kwargs["network"] = self.network
+        if self.hostname:
+            kwargs["hostname"] = self.hostname
+        if self.publish:
+            kwargs["ports"] = {f"{port}/tcp": (host_ip, host_port) for host_ip, host_port, port in self.publish}
+        return kwargs
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    index: int
+    role: str
+    host: Host
+    npus: int
+    container: ContainerSpec
+    ray: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return f"node{self.index} ({self.host.name})"
+
+
+@dataclass(frozen=True)
+class SimNetwork:
+    name: str
+    subnet: str
+
+    def address(self, index: int) -> str:
+        net = ipaddress.ip_network(self.subnet)
+        return str(net.network_address + 10 + index)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    entrypoint: str
+    argv: tuple[str, ...]
+    working_dir: str | None
+    env: tuple[tuple[str, str], ...]
+    submission_id: str
+    description: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "entrypoint": self.entrypoint,
+            "submission_id": self.submission_id,
+            "runtime_env": {"env_vars": dict(self.env)} if self.env else {},
+            "metadata": {"rlbox": self.description},
+        }
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run: str
+    run_id: str
+    image: str
+    hardware: str
+    sim: bool
+    head: str
+    ports: RayPorts
+    nodes: tuple[NodePlan, ...]
+    network: SimNetwork | None = None
+    job: JobPlan | None = None
+    sim_files: str | None = None
+    sim_driver: str = "25.3.rc1"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    driver_min: str | None = None  # what the image's CANN needs from the host (doctor)
+    driver_max: str | None = None
+    device_counts: tuple[int, ...] = ()  # NPU counts hosts of this hardware come with
+
+    @property
+    def total_npus(self) -> int:
+        return sum(n.npus for n in self.nodes)
+
+    @property
+    def npus_per_node(self) -> int:
+        """What every node can give (verl's trainer.n_gpus_per_node assumes equal nodes)."""
+        return min(n.npus for n in self.nodes)
+
+    def describe(self) -> str:
+        """What --dry-run prints: per node the exact docker run and Ray command, then the job."""
+        lines = [
+            f"# rlbox run {self.run} (id {self.run_id}): {len(self.nodes)} node(s) x NPUs "
+            f"{'/'.join(str(n.npus) for n in self.nodes)} = {self.total_npus} NPUs, hardware {self.hardware}"
+            + (", simulated" if self.sim else ""),
+            f"# image {self.image}",
+            f"# head {self.head}: GCS port {self.ports.gcs}, dashboard http://{self.head}:{self.ports.dashboard}",
+        ]
+        if self.network:
+            lines.append(f"docker network create --subnet {self.network.subnet} "
+                         f"--label {LABEL_RUN}={self.run} {self.network.name}")
+        for note in self.notes:
+            lines.append(f"# {note}")
+        for n in self.nodes:
+            where = "local engine" if n.host.local else f"ssh://{n.host.ssh_user + '@' if n.host.ssh_user else ''}{n.host.name}"
+            lines += ["", f"# node {n.index} ({n.role}) on {n.host.name} via {where}: {n.npus} NPUs",
+                      shlex.join(n.container.docker_run()),
+                      f"#   runs: {shlex.join(n.ray)} --node-ip-address=<address on the interface routing to {self.head}>"]
+        if self.job:
+            lines += ["", f"# job {self.job.submission_id}, submitted to http://{self.head}:{self.ports.dashboard}/api/jobs/",
+                      f"#   env: {' '.join(k + '=' + (shlex.quote(v) if len(v) < 80 else '<' + str(len(v)) + ' chars>') for k, v in self.job.env) or '-'}",
+                      self.job.entrypoint]
+        return "\n".join(lines) + "\n"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "run_id": self.run_id,
+            "image": self.image,
+            "hardware": self.hardware,
+            "sim": self.sim,
+            "head": self.head,
+            "ports": self.ports.as_dict(),
+            "network": {"name": self.network.name, "subnet": self.network.subnet} if self.network else None,
+            "nodes": [
+                {
+                    "index": n.index,
+                    "role": n.role,
+                    "host": n.host.name,
+                    "ssh_user": n.host.ssh_user,
+                    "ssh_port": n.host.ssh_port,
+                    "identity_file": n.host.identity_file,
+                    "known_hosts": n.host.known_hosts,
+                    "transport": "local" if n.host.local else "ssh",
+                    "npus": n.npus,
+                    "container": n.container.name,
+                    "docker_run": n.container.docker_run(),
+                }
+                for n in self.nodes
+            ],
+            "job": self.job.as_dict() if self.job else None,
+        }
+
+
+def resolve(name: str) -> str:
+    """An IPv4 address for a host name (the node script routes to it with `ip route get`)."""
+    if name in ("local", "localhost"):
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    import socket
+
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        raise RlboxError(f"{name}: cannot resolve the head's address here; give an IP or `address:` in the cluster YAML") from None
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Profile:
+    """What planning needs to know about the hardware (from images/hardware.yaml)."""
+
+    name: str
+    npus_per_node: int
+    npu_smi_chip: str
+    device_counts: tuple[int, ...]
+
+
+def node_container(
+    *,
+    run: str,
+    run_id: str,
+    index: int,
+    role: str,
+    host: Host,
+    image: str,
+    npus: int,
+    head: str,
+    ports: RayPorts,
+    mounts: tuple[Mount, ...],
+    sim_files: str | None,
+    network: SimNetwork | None,
+    privileged: bool,
+    extra_env: tuple[tuple[str, str], ...] = (),
+    cpus: int | None = None,
+    nofile: int = NOFILE,
+) -> tuple[ContainerSpec, list[str]]:
+    """The container one node runs. ``sim_files`` (a host folder of stand-ins) marks a simulation."""
+    sim = sim_files is not None
+    devices = [("/dev/null" if sim else f"/dev/davinci{i}", f"/dev/davinci{i}") for i in range(npus)]
+    devices += [("/dev/null" if sim else d, d) for d in CONTROL_DEVICES]
+    if sim:
+        stand_ins = f"{sim_files}/{host.name}"
+        driver = [
+            Mount(f"{stand_ins}/driver", DRIVER_DIR, True),
+            Mount(f"{stand_ins}/dcmi", DCMI_DIR, True),
+            Mount(f"{stand_ins}/npu-smi", NPU_SMI, True),
+            Mount(f"{stand_ins}/ascend_install.info", INSTALL_INFO, True),
+        ]
+    else:
+        driver = [
+            Mount(DRIVER_DIR, DRIVER_DIR, True),
+            Mount(DCMI_DIR, DCMI_DIR, True),
+            Mount(NPU_SMI, NPU_SMI, True),
+            Mount(INSTALL_INFO, INSTALL_INFO, True),
+        ]
+    env = dict(BASE_ENV)
+    env.update(ports.env())
+    env.update({"RLBOX_RUN": run, "RLBOX_NODE": str(index), "RLBOX_HEAD": head})
+    if host.nic:
+        env["RLBOX_NIC"] = host.nic
+    env.update(dict(extra_env))
+    ray = ray_start(role, head, ports, npus, cpus)
+    name = f"rlbox-{run}-node{index}"
+    labels = (
+        (LABEL_MANAGED, "true"),
+        (LABEL_RUN, run),
+        (LABEL_RUN_ID, run_id),
+        (LABEL_NODE, str(index)),
+        (LABEL_ROLE, role),
+    )
+    publish: tuple[tuple[str, int, int], ...] = ()
+    if network and role == "head":  # the operator reaches the simulated head's dashboard on loopback
+        publish = (("127.0.0.1", ports.dashboard, ports.dashboard),)
+    spec = ContainerSpec(
+        name=name,
+        image=image,
+        command=("bash", "-c", NODE_SCRIPT, "rlbox-node", role, head, str(ports.gcs), *ray),
+        devices=tuple(devices),
+        mounts=tuple(driver) + tuple(mounts) + host.mounts,
+        env=tuple(env.items()),
+        labels=labels,
+        network=network.name if network else "host",
+        ip=network.address(index) if network else None,
+        hostname=f"{run}-node{index}" if network else None,
+        privileged=privileged,
+        publish=publish,
+        ulimits=(("nofile", nofile, nofile), ("nproc", NPROC, NPROC)),
+    )
+    return spec, ray
+
+
+def plan_run(
+    spec: ClusterSpec,
+    *,
+    run: str,
+    run_id: str,
+    image: str,
+    profile: Profile,
+    devices: dict[str, int],
+    sim_files: str | None = None,
+    network: SimNetwork | None = None,
+    privileged: bool = False,
+    job: JobPlan | None = None,
+    extra_env: tuple[tuple[str, str], ...] = (),
+    cpus: int | None = None,
+    nofile: dict[str, int] | None = None,
+    sim_driver: str = "25.3.rc1",
+    driver_min: str | None = None,
+    driver_max: str | None = None,
+) -> RunPlan:
+    """Plan every node. ``devices`` maps host name -> NPU count (detected or from the profile);
+    ``nofile`` host name -> open-files limit (default 65536)."""
+    if not spec.hosts:
+        raise RlboxError("no hosts to run on")
+    head_host = spec.hosts[0]
+    if network:
+        head = network.address(0)
+    else:
+        head = resolve(head_host.address or head_host.name)
+        if ipaddress.ip_address(head).is_loopback and len(spec.hosts) > 1:
+            raise RlboxError(
+                f"the head {head_host.name} resolves to {head}, which other nodes cannot reach; "
+                "name it by its cluster address (or give `address:` in the cluster YAML)"
+            )
+    ports = ports_for(run)
+    nodes = []
+    for index, host in enumerate(spec.hosts):
+        npus = devices.get(host.name, profile.npus_per_node)
+        if npus <= 0:
+            raise RlboxError(f"{host.name}: no /dev/davinci devices found; is the Ascend driver installed?")
+        role = "head" if index == 0 else "worker"
+        container, ray = node_container(
+            run=run, run_id=run_id, index=index, role=role, host=host, image=image, npus=npus,
+            head=head, ports=ports, mounts=spec.mounts, sim_files=sim_files, network=network,
+            privileged=privileged, extra_env=extra_env, cpus=cpus,
+            nofile=(nofile or {}).get(host.name, NOFILE),
+        )
+        targets = [m.target for m in container.mounts]
+        dup = next((t for t in targets if targets.count(t) > 1), None)
+        if dup:
+            raise RlboxError(f"{host.name}: two mounts target {dup}; keep one (--mount, mounts:, or a host's mounts:)")
+        nodes.append(NodePlan(index, role, host, npus, container, tuple(ray)))
+    counts = {n.npus for n in nodes}
+    notes = []
+    if len(counts) > 1:
+        notes.append("nodes differ in NPU count; verl's trainer.n_gpus_per_node assumes equal nodes")
+    return RunPlan(run, run_id, image, profile.name, network is not None, head, ports, tuple(nodes),
+                   network, job, sim_files, sim_driver, tuple(notes), driver_min, driver_max,
+                   profile.device_counts or (profile.npus_per_node,))

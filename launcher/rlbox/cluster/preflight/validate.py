@@ -1,0 +1,353 @@
+"""Validate a verl job's Hydra overrides before a single NPU is claimed.
+
+The config is composed with hydra-core's compose API over the config tree of **the verl that
+will run**: extracted once from the image (cached by image id), or taken from a verl wheel of a
+given version (PyPI, cached), or from a folder (a verl source checkout). verl itself is never
+imported (it would pull torch). Problems come back as one line each, naming the key(s) and the
+rule; a typo'd key gets the nearest real key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlbox.core.errors import RlboxError
+
+CACHE = Path(os.environ.get("RLBOX_CACHE", Path.home() / ".cache" / "rlbox"))
+_HYDRA_MAIN = re.compile(r"@hydra\.main\(\s*config_path\s*=\s*[\"']([^\"']+)[\"']\s*,\s*config_name\s*=\s*[\"']([^\"']+)[\"']")
+
+
+@dataclass(frozen=True)
+class VerlTree:
+    """A verl source or package tree: ``root/verl/trainer/config`` and maybe ``root/recipe``."""
+
+    root: Path
+    origin: str
+
+    @property
+    def trainer_config(self) -> Path:
+        return self.root / "verl" / "trainer" / "config"
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the config comes from.
+
+def from_folder(path: Path) -> VerlTree:
+    path = path.resolve()
+    for root in (path, path.parent, path.parent.parent.parent):
+        if (root / "verl" / "trainer" / "config").is_dir():
+            return VerlTree(root, str(path))
+    raise RlboxError(f"--verl-config {path}: no verl/trainer/config below it (give a verl source checkout)")
+
+
+def from_wheel(version: str) -> VerlTree:
+    """verl's trainer config from its PyPI wheel (recipes are not in the wheel)."""
+    dest = CACHE / "verl" / f"wheel-{version}"
+    if (dest / "verl" / "trainer" / "config").is_dir():
+        return VerlTree(dest, f"verl {version} wheel")
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp,
+                               f"verl=={version}"], capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("verl-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            last = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise RlboxError(f"--verl-version {version}: cannot download verl=={version} ({last})")
+        partial = dest.with_suffix(".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            for name in wheel.namelist():
+                if name.startswith(("verl/trainer/", "recipe/")) and name.endswith((".yaml", ".py")):
+                    wheel.extract(name, partial)
+        if not (partial / "verl" / "trainer" / "config").is_dir():
+            shutil.rmtree(partial, ignore_errors=True)
+            raise RlboxError(f"--verl-version {version}: that wheel has no verl/trainer/config")
+        shutil.rmtree(dest, ignore_errors=True)
+        partial.rename(dest)
+    return VerlTree(dest, f"verl {version} wheel")
+
+
+_FIND_VERL = ("import importlib.util as u, os; s = u.find_spec('verl'); "
+              "print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else '')")
+
+
+def from_image(client, image: str) -> VerlTree:
+    """The config tree of the verl inside ``image``, extracted once per image id."""
+    from docker.errors import APIError, ContainerError, ImageNotFound, NotFound
+
+    try:
+        img = client.images.get(image)
+    except ImageNotFound:
+        raise RlboxError(f"image {image} is not on this engine; pull it first or pass --verl-version") from None
+    dest = CACHE / "verl" / f"image-{img.id.split(':')[-1][:16]}"
+    if (dest / "verl" / "trainer" / "config").is_dir():
+        return VerlTree(dest, f"verl in {image}")
+    try:  # through the image's own entrypoint: it activates the environment python3 lives in
+        out = client.containers.run(image, ["python3", "-c", _FIND_VERL], remove=True, network_mode="none")
+    except ContainerError as err:
+        raise RlboxError(f"cannot look for verl in {image}: python3 failed ({' '.join(str(err).split())[:160]})") from None
+    except APIError as err:
+        raise RlboxError(f"cannot look for verl in {image}: {err.explanation or err}") from None
+    root = out.decode().strip().splitlines()[-1] if out.strip() else ""
+    if not root:
+        raise RlboxError(f"image {image} has no verl; validate with --verl-version or --verl-config")
+    partial = dest.with_suffix(".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    box = client.containers.create(image, command=["true"], entrypoint=[])
+    try:
+        for sub in ("verl/trainer", "recipe"):
+            try:
+                stream, _ = box.get_archive(f"{root}/{sub}")
+            except NotFound:
+                continue
+            target = partial / Path(sub).parent
+            target.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                _extract(tar, target)
+    finally:
+        box.remove(force=True)
+    if not (partial / "verl" / "trainer" / "config").is_dir():
+        raise RlboxError(f"image {image}: verl at {root} has no trainer/config")
+    shutil.rmtree(dest, ignore_errors=True)
+    partial.rename(dest)
+    return VerlTree(dest, f"verl in {image}")
+
+
+def _extract(tar: tarfile.TarFile, target: Path) -> None:
+    """Only plain folders and .yaml/.py files, only below ``target`` (tarfile's "data" filter
+    is missing from some Python 3.10/3.11 releases, so the check is done here)."""
+    members = []
+    for m in tar.getmembers():
+        if not (m.isdir() or (m.isfile() and m.name.endswith((".yaml", ".py")))):
+            continue
+        if Path(m.name).is_absolute() or ".." in Path(m.name).parts:
+            raise RlboxError(f"refusing to extract {m.name!r}: it points outside the config folder")
+        members.append(m)
+    tar.extractall(target, members=members)
+
+
+# ---------------------------------------------------------------------------------------------
+# Composing.
+
+@dataclass(frozen=True)
+class Entry:
+    module: str
+    config_dir: Path
+    config_name: str
+    search: tuple[Path, ...]
+
+
+def entry_for(tree: VerlTree, argv: list[str]) -> Entry:
+    """The config a `python3 -m MODULE ...` entrypoint composes (read from its @hydra.main)."""
+    module = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-m"), None)
+    if not module:
+        raise RlboxError("validate: the job is not `python3 -m verl...` or `python3 -m recipe...`")
+    source = tree.root / (module.replace(".", "/") + ".py")
+    if not source.is_file():
+        where = "recipes ship only in verl's git source, not in the wheel: validate against the image" \
+            if module.startswith("recipe.") else "is it a verl entrypoint?"
+        raise RlboxError(f"validate: {module} is not in {tree.origin} ({where})")
+    m = _HYDRA_MAIN.search(source.read_text(encoding="utf-8"))
+    if not m:
+        raise RlboxError(f"validate: {module} has no @hydra.main(config_path=..., config_name=...)")
+    config_dir = (source.parent / m.group(1)).resolve()
+    name = m.group(2)
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config-name="):
+            name = arg.split("=", 1)[1]
+        elif arg in ("--config-name", "-cn") and i + 1 < len(argv):
+            name = argv[i + 1]
+    search = (tree.trainer_config,) if config_dir != tree.trainer_config else ()
+    return Entry(module, config_dir, name, search)
+
+
+def hydra_overrides(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg in ("--config-name", "-cn", "--config-path", "-cp"):
+            skip = True
+            continue
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        out.append(arg)
+    return out
+
+
+def compose(entry: Entry, overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    extra = []
+    if entry.search:
+        paths = ",".join(f"file://{p}" for p in entry.search)
+        extra = [f"hydra.searchpath=[{paths}]"]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(entry.config_dir), version_base=None):
+        return hydra_compose(config_name=entry.config_name, overrides=[*extra, *overrides])
+
+
+def _keys(node, prefix="") -> dict[str, Any]:
+    """Every dotted key of a config, with its default (containers included)."""
+    from omegaconf import DictConfig
+
+    out = {}
+    if isinstance(node, DictConfig):
+        for k in node.keys():
+            path = f"{prefix}.{k}" if prefix else str(k)
+            try:
+                value = node._get_node(k)._value()
+            except Exception:  # noqa: BLE001
+                value = None
+            out[path] = value
+            child = node._get_node(k)
+            if isinstance(child, DictConfig):
+                out.update(_keys(child, path))
+    return out
+
+
+@dataclass(frozen=True)
+class Problem:
+    keys: tuple[str, ...]
+    message: str
+
+    def __str__(self) -> str:
+        return f"{', '.join(self.keys)}: {self.message}"
+
+
+def _parse_overrides(overrides: list[str]):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    return parser.parse_overrides(overrides=overrides)
+
+
+def _suggest(key: str, known: dict[str, Any]) -> str:
+    close = difflib.get_close_matches(key, known.keys(), n=1, cutoff=0.75)
+    if not close:
+        head, _, tail = key.rpartition(".")
+        siblings = [k for k in known if k.rpartition(".")[0] == head]
+        close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.5)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _type_problem(key: str, default, value) -> str | None:
+    if default is None or isinstance(value, str) and value.startswith("${"):
+        return None
+    expected = type(default)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is bool:
+        ok, kind = isinstance(value, bool), "a boolean"
+    elif expected in (int, float):  # verl's YAML writes 0 for float knobs: numbers mix
+        ok, kind = number, "a number"
+    elif expected in (list, tuple):  # verl takes a single name for a list (trainer.logger=console)
+        ok, kind = isinstance(value, (list, tuple, str)), "a list"
+    else:
+        return None
+    if ok:
+        return None
+    return f"{value!r} is not {kind} (the default is {default!r})"
+
+
+def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int | None = None) -> list[Problem]:
+    """Every problem with this job's overrides, as one-line Problems (empty: valid)."""
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    entry = entry_for(tree, argv)
+    overrides = hydra_overrides(argv)
+    problems: list[Problem] = []
+    try:
+        parsed = _parse_overrides(overrides)
+    except HydraException as err:
+        return [Problem(("overrides",), str(err).splitlines()[0])]
+    try:
+        base = compose(entry, [o for o in overrides if "/" in o.split("=", 1)[0]])  # config groups first
+    except (HydraException, OmegaConfBaseException) as err:
+        return [Problem(("config groups",), " ".join(str(err).split())[:300])]
+    known = _keys(base)
+    dapo = entry.module.startswith("recipe.dapo")
+    good = []
+    for text, ov in zip(overrides, parsed):
+        key = ov.key_or_group
+        if "filter_groups" in key and not dapo:
+            problems.append(Problem((key,), f"filter_groups is a DAPO setting: it needs the DAPO entrypoint "
+                                           f"(python3 -m recipe.dapo.main_dapo), not {entry.module}"))
+            continue
+        if ov.is_add() or ov.is_delete() or ov.is_force_add() or "/" in key:
+            good.append(text)
+            continue
+        if key not in known:
+            problems.append(Problem((key,), f"unknown key in {entry.config_name}{_suggest(key, known)}"
+                                            " (a new key needs a leading +)"))
+            continue
+        value = ov.value()
+        why = _type_problem(key, known[key], value)
+        if why:
+            problems.append(Problem((key,), why))
+            continue
+        good.append(text)
+    try:
+        cfg = compose(entry, good)
+    except (HydraException, OmegaConfBaseException) as err:
+        problems.append(Problem(("overrides",), " ".join(str(err).split())[:300]))
+        return problems
+
+    def get(key: str):
+        try:
+            return OmegaConf.select(cfg, key, throw_on_missing=False)
+        except OmegaConfBaseException:
+            return None
+
+    problems += _cluster_rules(get, dapo, nodes, npus)
+    return problems
+
+
+def _cluster_rules(get, dapo: bool, nodes: int | None, npus: int | None) -> list[Problem]:
+    out = []
+    nnodes, per_node = get("trainer.nnodes"), get("trainer.n_gpus_per_node")
+    if nodes is not None and npus is not None and isinstance(nnodes, int) and isinstance(per_node, int):
+        if nnodes * per_node != nodes * npus:
+            out.append(Problem(("trainer.nnodes", "trainer.n_gpus_per_node"),
+                               f"{nnodes} x {per_node} = {nnodes * per_node} NPUs, but the cluster has "
+                               f"{nodes} x {npus} = {nodes * npus}"))
+    if get("trainer.device") != "npu":
+        out.append(Problem(("trainer.device",), f"is {get('trainer.device')!r}; Ascend runs need trainer.device=npu"))
+    tp = get("actor_rollout_ref.rollout.tensor_model_parallel_size")
+    if isinstance(tp, int) and isinstance(per_node, int) and tp > 0 and per_node % tp:
+        out.append(Problem(("actor_rollout_ref.rollout.tensor_model_parallel_size", "trainer.n_gpus_per_node"),
+                           f"rollout tensor parallel size {tp} does not divide {per_node} NPUs per node"))
+    sp = get("actor_rollout_ref.actor.ulysses_sequence_parallel_size")
+    if isinstance(sp, int) and sp > 0 and isinstance(nnodes, int) and isinstance(per_node, int) and (nnodes * per_node) % sp:
+        out.append(Problem(("actor_rollout_ref.actor.ulysses_sequence_parallel_size",),
+                           f"ulysses sequence parallel size {sp} does not divide {nnodes * per_node} NPUs"))
+    batch, mini = get("data.train_batch_size"), get("actor_rollout_ref.actor.ppo_mini_batch_size")
+    if isinstance(batch, int) and isinstance(mini, int) and mini > 0 and batch % mini:
+        out.append(Problem(("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"),
+                           f"train_batch_size {batch} is not divisible by ppo_mini_batch_size {mini}"))
+    if get("actor_rollout_ref.actor.use_dynamic_bsz"):
+        cap = get("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
+        prompt, response = get("data.max_prompt_length"), get("data.max_response_length")
+        sp_ = sp if isinstance(sp, int) and sp > 0 else 1
+        if all(isinstance(x, int) for x in (cap, prompt, response)) and cap < (prompt + response) / sp_:
+            out.append(Problem(("actor_rollout_ref.actor.ppo_max_token_len_per_gpu",),
+                               f"{cap} cannot hold one sequence: (max_prompt_length {prompt} + max_response_length "
+                               f"{response}) / ulysses sp {sp_} = {(prompt + response) // sp_}"))
+    if not dapo and get("algorithm.filter_groups") is not None:
+        out.append(Problem(("algorithm.filter_groups",), "filter_groups needs the DAPO entrypoint"))
+    return out

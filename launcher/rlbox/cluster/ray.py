@@ -1,0 +1,77 @@
+"""Cluster readiness through the Ray dashboard's REST API (no `import ray` on the operator's side)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import requests
+
+from rlbox.core.errors import RlboxError
+
+
+@dataclass(frozen=True)
+class RayNode:
+    ip: str
+    alive: bool
+    head: bool
+    npus: int
+
+
+def nodes(base: str, timeout: float = 5.0) -> list[RayNode]:
+    """Every node the GCS knows, from ``GET /api/v0/nodes?detail=1``."""
+    resp = requests.get(f"{base}/api/v0/nodes", params={"detail": "1"}, timeout=timeout)
+    resp.raise_for_status()
+    rows = resp.json()["data"]["result"]["result"]
+    return [
+        RayNode(
+            ip=row.get("node_ip", ""),
+            alive=row.get("state") == "ALIVE",
+            head=bool(row.get("is_head_node")),
+            npus=int((row.get("resources_total") or {}).get("NPU", 0)),
+        )
+        for row in rows
+    ]
+
+
+def wait_for_npus(
+    base: str,
+    expected: dict[str, str],
+    total: int,
+    timeout: float,
+    progress: Callable[[int, int, int], None] | None = None,
+    alive_check: Callable[[], str | None] | None = None,
+    poll: float = 0.25,
+) -> list[RayNode]:
+    """Poll until ``total`` NPUs have joined. ``expected`` maps node label -> address.
+
+    ``alive_check`` may report a fatal condition (a node container that exited) to stop early.
+    On timeout, raise naming the nodes that never joined.
+    """
+    deadline = time.monotonic() + timeout
+    last_seen: list[RayNode] = []
+    last_report = None
+    while True:
+        try:
+            last_seen = nodes(base)
+        except (requests.RequestException, KeyError, ValueError):
+            pass  # dashboard not up yet
+        alive = [n for n in last_seen if n.alive]
+        have = sum(n.npus for n in alive)
+        if progress and (len(alive), have) != last_report:
+            progress(len(alive), have, total)
+            last_report = (len(alive), have)
+        if have >= total and len(alive) >= len(expected):
+            return alive
+        problem = alive_check() if alive_check else None
+        if problem or time.monotonic() >= deadline:
+            joined = {n.ip for n in alive}
+            missing = [label for label, addr in expected.items() if addr not in joined]
+            why = problem or f"timed out after {timeout:.0f} s"
+            names = ", ".join(missing) if missing else "none missing by address"
+            raise RlboxError(
+                f"cluster not ready ({why}): {have}/{total} NPUs from {len(alive)}/{len(expected)} nodes; "
+                f"never joined: {names}"
+            )
+        time.sleep(poll)

@@ -1,0 +1,95 @@
+"""Recipes: the seeds' verl runs as data (launcher/rlbox/recipes/*.yaml), with paths as parameters."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rlbox.core.errors import RlboxError
+from rlbox.core.paths import RESOURCES
+
+RECIPES_DIR = RESOURCES / "recipes"
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+class Param(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    default: str
+    help: str = ""
+
+
+class Recipe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str
+    source: str
+    release: str
+    hardware: str
+    nodes: int = Field(gt=0)
+    entrypoint: list[str] = Field(min_length=1)
+    working_dir: str | None = None
+    params: dict[str, Param] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    overrides: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+    def resolve(self, values: dict[str, str], extra: list[str]) -> tuple[list[str], dict[str, str]]:
+        """argv and env with every {{param}} filled in; ``extra`` overrides replace same keys."""
+        unknown = sorted(set(values) - set(self.params))
+        if unknown:
+            raise RlboxError(
+                f"recipe {self.name} has no parameter '{unknown[0]}'; it takes: {', '.join(self.params) or 'none'}"
+            )
+        filled = {k: values.get(k, p.default) for k, p in self.params.items()}
+
+        def fill(text: str) -> str:
+            return _PLACEHOLDER.sub(lambda m: filled[m.group(1)], text)
+
+        overrides = [fill(o) for o in self.overrides]
+        keys = {_key(e) for e in extra}
+        overrides = [o for o in overrides if _key(o) not in keys] + list(extra)
+        return [*self.entrypoint, *overrides], {k: fill(v) for k, v in self.env.items()}
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def load(name: str) -> Recipe:
+    path = RECIPES_DIR / f"{name}.yaml"
+    if not path.is_file():
+        import difflib
+
+        names = names_available()
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise RlboxError(f"unknown recipe '{name}'{hint}; see `rlbox recipes list`")
+    return _parse(path)
+
+
+def _parse(path: Path) -> Recipe:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        recipe = Recipe.model_validate(data)
+    except (yaml.YAMLError, ValidationError) as err:
+        first = err.errors()[0] if isinstance(err, ValidationError) else None
+        where = ".".join(map(str, first["loc"])) + ": " + first["msg"] if first else "not valid YAML"
+        raise RlboxError(f"{path}: {where}") from None
+    for text in [*recipe.overrides, *recipe.env.values()]:
+        for m in _PLACEHOLDER.finditer(text):
+            if m.group(1) not in recipe.params:
+                raise RlboxError(f"{path}: placeholder {{{{{m.group(1)}}}}} has no entry under params")
+    if recipe.name != path.stem:
+        raise RlboxError(f"{path}: name: must be '{path.stem}' (the file name)")
+    return recipe
+
+
+def names_available() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def all_recipes() -> list[Recipe]:
+    return [_parse(RECIPES_DIR / f"{n}.yaml") for n in names_available()]

@@ -1,0 +1,131 @@
+"""The simulated cluster (`rlbox run --sim`): stand-ins for what an Ascend host provides.
+
+Each simulated node is a container on the local engine, on a private Docker network with its
+own address. What the host would mount into the training container is replaced by stand-ins
+written here: a driver folder with ``version.info``, ``/etc/ascend_install.info``, an empty
+``/usr/local/dcmi`` and an ``npu-smi`` that prints the table the real tool prints for the
+simulated chip. Device nodes are mapped from ``/dev/null`` (see plan.node_container).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from rlbox.core.errors import RlboxError
+from rlbox.cluster.plan import LABEL_MANAGED, LABEL_RUN, SimNetwork
+
+# Name column of `npu-smi info`, chips per NPU id, and the PCI bus ids in the order real hosts
+# print them (Atlas 800T A2: vllm-ascend issue #198; Atlas 800T A3: issue #5825).
+CHIPS = {
+    "a2": ("910B3", 1, ("C1", "C2", "81", "82", "01", "02", "41", "42")),
+    "ax": ("910B3", 1, ("C1", "C2", "81", "82", "01", "02", "41", "42")),
+    "a3": ("Ascend910", 2, ("9D", "9F", "99", "9B", "95", "97", "91", "93",
+                            "8D", "8F", "89", "8B", "85", "87", "81", "83")),
+}
+_THIN = "+" + "-" * 27 + "+" + "-" * 15 + "+" + "-" * 52 + "+"
+_THICK = "+" + "=" * 27 + "+" + "=" * 15 + "+" + "=" * 52 + "+"
+_FULL = "+" + "-" * 96 + "+"
+
+
+def npu_smi_table(hardware: str, devices: int, driver: str, chip_name: str | None = None) -> str:
+    """What `npu-smi info` prints on an idle host of this hardware (the 98-column layout of
+    npu-smi 23.x-25.x): one two-line block per chip, `Ascend910` with a Phy-ID column on A3."""
+    name, chips_per_npu, buses = CHIPS[hardware]
+    if chip_name and chip_name != name:  # a host whose chip is not what its profile says
+        known = {v[0]: v for v in CHIPS.values()}
+        name, chips_per_npu, buses = known.get(chip_name, (chip_name, 1, buses))
+    a3 = chips_per_npu == 2
+    lines = [
+        _FULL,
+        f"| npu-smi {driver:<24} Version: {driver:<53}|",
+        _THIN,
+        "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
+        ("| Chip  Phy-ID              " if a3 else "| Chip                      ")
+        + "| Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |",
+        _THICK,
+    ]
+    npus = max(1, devices // chips_per_npu)
+    for npu in range(npus):
+        for chip in range(chips_per_npu):
+            phy = npu * chips_per_npu + chip
+            bus = f"0000:{buses[phy % len(buses)]}:00.0"
+            power = "-" if chip == 1 else f"{92.5 + phy % 7:.1f}"
+            lines.append(f"| {npu:<6}{name:<20}| {'OK':<14}| {power:<12}{36 + phy % 5:<18}{'0    / 0':<21}|")
+            second = f"{chip:<6}{phy:<20}" if a3 else f"{chip:<26}"
+            lines.append(f"| {second}| {bus:<14}| {'0':<12}{'0    / 0':<18}{'3338 / 65536':<21}|")
+            lines.append(_FULL if a3 and chip == 0 else _THICK)
+    lines += [_THIN, "| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |", _THICK]
+    for npu in range(npus):
+        lines.append(f"| {'No running processes found in NPU ' + str(npu):<95}|")
+        lines.append(_THICK)
+    return "\n".join(lines) + "\n"
+
+
+def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str, chip: str | None = None) -> Path:
+    """Write the host-side files a simulated host has: driver files, npu-smi, and a ``dev/``
+    listing of its device nodes (what `rlbox doctor` reads instead of the host's /dev)."""
+    if hardware not in CHIPS:
+        raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
+    folder.mkdir(parents=True, exist_ok=True)
+    dev = folder / "dev"
+    shutil.rmtree(dev, ignore_errors=True)
+    dev.mkdir()
+    for name in [f"davinci{i}" for i in range(devices)] + ["davinci_manager", "devmm_svm", "hisi_hdc"]:
+        (dev / name).touch()
+    (folder / "driver" / "lib64").mkdir(parents=True, exist_ok=True)
+    (folder / "dcmi").mkdir(exist_ok=True)
+    (folder / "driver" / "version.info").write_text(
+        f"Version={driver}\npackage_version={driver}\nascendhal_version=7.35.23\n"
+        "# rlbox simulation: stand-in for the Ascend driver's version.info\n"
+    )
+    (folder / "ascend_install.info").write_text(
+        "UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nDriver_Install_Type=full\n"
+        "Driver_Install_Path_Param=/usr/local/Ascend\nDriver_Install_For_All=no\n"
+    )
+    table = npu_smi_table(hardware, devices, driver, chip)
+    script = folder / "npu-smi"
+    script.write_text(
+        "#!/bin/sh\n# rlbox simulation: stand-in for npu-smi; prints what `npu-smi info` prints on this hardware.\n"
+        'case "${1:-}" in\n'
+        "  info|'') cat <<'EOF'\n" + table + "EOF\n  ;;\n"
+        f"  -v|--version) echo 'npu-smi version: {driver}' ;;\n"
+        "  *) echo \"npu-smi (rlbox simulation) supports only 'info'\" >&2; exit 1 ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return folder
+
+
+def write_hosts(plan) -> None:
+    """Stand-ins for every simulated host of a plan, each as its cluster entry describes it."""
+    for node in plan.nodes:
+        h = node.host.sim
+        write_stand_ins(Path(plan.sim_files) / node.host.name, plan.hardware, node.npus,
+                        h.driver or plan.sim_driver, h.chip)
+
+
+def network_for(run: str) -> SimNetwork:
+    """A /24 in 172.30.0.0/16 chosen by the run's name."""
+    k = int(hashlib.sha256(run.encode()).hexdigest(), 16) % 256
+    return SimNetwork(f"rlbox-{run}", f"172.30.{k}.0/24")
+
+
+def create_network(client, net: SimNetwork, run: str) -> None:
+    """Create the run's network on the planned subnet (node addresses are part of the plan)."""
+    import docker
+    from docker.errors import APIError
+
+    try:
+        client.networks.create(
+            net.name, driver="bridge",
+            ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=net.subnet)]),
+            labels={LABEL_MANAGED: "true", LABEL_RUN: run},
+        )
+    except APIError as err:
+        reason = " ".join(str(err.explanation or err).split())
+        if "overlap" in reason.lower():
+            raise RlboxError(f"simulation subnet {net.subnet} overlaps another Docker network; "
+                             "remove that network or pick another --name (the subnet follows the name)") from None
+        raise RlboxError(f"cannot create the simulation network {net.name}: {reason}") from None

@@ -1,0 +1,238 @@
+"""The cluster description: hosts (from --hosts, a hostfile or a cluster YAML), image, hardware.
+
+Pure data and parsing; nothing here connects to a host.
+
+Cluster YAML::
+
+    image: verl_pt27_25rc3:a3-arm      # RELEASE:VARIANT from the matrix, or a full image reference
+    hardware: a3                       # a2 | a3 | ax | auto
+    ssh: {user: root, port: 22, identity_file: ~/.ssh/id_ed25519}   # defaults for every host
+    mounts: [/data:/data, /home:/home]                               # for every node
+    hosts:
+      - host: 10.0.0.1                 # node 0 is the Ray head
+        nic: enp189s0f0                # optional: socket interface (detected otherwise)
+      - host: 10.0.0.2
+        ssh: {user: ops, port: 2222}
+        mounts: [/mnt/ckpt:/ckpt:ro]
+
+A hostfile is one host per line (``user@host:port`` allowed, ``#`` comments).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rlbox.core.errors import RlboxError
+
+HARDWARE_CHOICES = ("a2", "a3", "ax", "auto")
+LOCAL_NAMES = {"local", "localhost", "127.0.0.1", "::1"}
+_HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9a-fA-F:]+\])(?::(?P<port>\d+))?$")
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = False
+
+    @classmethod
+    def parse(cls, text: str, where: str = "--mount") -> "Mount":
+        parts = text.split(":")
+        if len(parts) == 1:
+            parts = [parts[0], parts[0]]
+        if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+            raise RlboxError(f"{where}: '{text}' is not SRC[:DST][:ro]")
+        mode = parts[2] if len(parts) == 3 else "rw"
+        if mode not in ("ro", "rw"):
+            raise RlboxError(f"{where}: '{text}': mode must be ro or rw")
+        for p in parts[:2]:
+            if not p.startswith("/"):
+                raise RlboxError(f"{where}: '{text}': paths must be absolute")
+        return cls(parts[0], parts[1], mode == "ro")
+
+    def spec(self) -> str:
+        return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
+
+
+@dataclass(frozen=True)
+class SimHost:
+    """How a simulated host differs from a healthy one of its hardware (rehearsing broken hosts)."""
+
+    devices: int | None = None
+    chip: str | None = None
+    driver: str | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    ssh_user: str | None = None
+    ssh_port: int | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    nic: str | None = None
+    address: str | None = None
+    mounts: tuple[Mount, ...] = ()
+    transport: str = "auto"  # local | ssh | auto (local for localhost/this host without ssh settings)
+    sim: SimHost = SimHost()
+
+    @property
+    def local(self) -> bool:
+        if self.transport != "auto":
+            return self.transport == "local"
+        if self.ssh_user or self.ssh_port or self.identity_file:
+            return False
+        return self.name in LOCAL_NAMES or self.name == socket.gethostname()
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    hosts: tuple[Host, ...]
+    image: str | None = None
+    hardware: str = "auto"
+    mounts: tuple[Mount, ...] = ()
+    source: str = "--hosts"
+
+    @property
+    def nodes(self) -> int:
+        return len(self.hosts)
+
+
+class _Ssh(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    user: str | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+
+
+class _SimEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    devices: int | None = Field(None, ge=0)
+    chip: str | None = None
+    driver: str | None = None
+
+
+class _HostEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    host: str
+    sim: _SimEntry = _SimEntry()
+    address: str | None = None
+    nic: str | None = None
+    ssh: _Ssh = _Ssh()
+    mounts: list[str] = Field(default_factory=list)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if not _HOST_RE.fullmatch(v):
+            raise ValueError(f"'{v}' is not a host name or address")
+        return v
+
+
+class _ClusterFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    image: str | None = None
+    hardware: str = "auto"
+    ssh: _Ssh = _Ssh()
+    mounts: list[str] = Field(default_factory=list)
+    hosts: list[_HostEntry] = Field(min_length=1)
+
+    @field_validator("hardware")
+    @classmethod
+    def _hw(cls, v: str) -> str:
+        if v not in HARDWARE_CHOICES:
+            raise ValueError(f"'{v}' is not one of {', '.join(HARDWARE_CHOICES)}")
+        return v
+
+
+def parse_host(text: str, where: str = "--hosts") -> Host:
+    m = _HOST_RE.fullmatch(text.strip())
+    if not m:
+        raise RlboxError(f"{where}: '{text}' is not HOST, USER@HOST or USER@HOST:PORT")
+    port = int(m["port"]) if m["port"] else None
+    if port is not None and not 0 < port < 65536:
+        raise RlboxError(f"{where}: '{text}': port {port} out of range")
+    return Host(name=m["host"].strip("[]"), ssh_user=m["user"], ssh_port=port)
+
+
+def from_hosts(text: str) -> ClusterSpec:
+    names = [h.strip() for h in text.split(",") if h.strip()]
+    if not names:
+        raise RlboxError("--hosts: give at least one host, e.g. --hosts 10.0.0.1,10.0.0.2")
+    return _checked(ClusterSpec(tuple(parse_host(n) for n in names)))
+
+
+def from_file(path: Path) -> ClusterSpec:
+    """A cluster YAML (mapping with `hosts:`) or a plain hostfile (one host per line)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise RlboxError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if isinstance(data, dict):
+        return _from_yaml(path, data)
+    hosts = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            hosts.append(parse_host(line.split()[0], where=f"{path}:{lineno}"))
+    if not hosts:
+        raise RlboxError(f"{path}: no hosts in the hostfile")
+    return _checked(ClusterSpec(tuple(hosts), source=str(path)))
+
+
+def _from_yaml(path: Path, data: dict[str, Any]) -> ClusterSpec:
+    try:
+        doc = _ClusterFile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        msg = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].removeprefix("Value error, ")
+        raise RlboxError(f"{path}: {loc}: {msg}") from None
+    mounts = tuple(Mount.parse(m, f"{path}: mounts") for m in doc.mounts)
+    hosts = []
+    for i, entry in enumerate(doc.hosts):
+        base = parse_host(entry.host, where=f"{path}: hosts.{i}.host")
+        hosts.append(
+            Host(
+                name=base.name,
+                ssh_user=entry.ssh.user or base.ssh_user or doc.ssh.user,
+                ssh_port=entry.ssh.port or base.ssh_port or doc.ssh.port,
+                identity_file=entry.ssh.identity_file or doc.ssh.identity_file,
+                known_hosts=entry.ssh.known_hosts or doc.ssh.known_hosts,
+                nic=entry.nic,
+                address=entry.address,
+                mounts=tuple(Mount.parse(m, f"{path}: hosts.{i}.mounts") for m in entry.mounts),
+                sim=SimHost(**entry.sim.model_dump()),
+            )
+        )
+    return _checked(ClusterSpec(tuple(hosts), image=doc.image, hardware=doc.hardware, mounts=mounts, source=str(path)))
+
+
+def _checked(spec: ClusterSpec) -> ClusterSpec:
+    seen = set()
+    for h in spec.hosts:
+        key = (h.name, h.ssh_port)
+        if key in seen:
+            raise RlboxError(f"{spec.source}: host {h.name} is listed twice")
+        seen.add(key)
+    return spec
+
+
+def agree(spec: ClusterSpec, nodes: int | None) -> None:
+    if nodes is not None and nodes != spec.nodes:
+        raise RlboxError(
+            f"--nodes {nodes} disagrees with {spec.source}, which lists {spec.nodes} host(s): "
+            f"{', '.join(h.name for h in spec.hosts)}"
+        )

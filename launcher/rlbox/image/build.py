@@ -1,0 +1,194 @@
+"""Build an image: a pure plan (the exact buildx command) and a thin executor that runs it."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlbox.core.errors import RlboxError
+from rlbox.image import sources
+from rlbox.image.matrix import ResolvedVariant
+from rlbox.image.mirrors import SOURCES_DIR
+
+# Lines our in-image scripts print when they stop a build (rlbox-apply-patches, rlbox-verify...).
+_SCRIPT_ERROR = re.compile(r"rlbox error: (.*)")
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    ref: str
+    argv: tuple[str, ...]
+    dockerfile: Path
+    context: Path
+    platform: str
+    tags: tuple[str, ...]
+    push: bool
+    build_args: dict[str, str] = field(default_factory=dict)
+    output: str = "load"  # "load", "push", "digest" (push by digest to `repository`) or "none"
+    repository: str | None = None
+
+    def describe_output(self) -> str:
+        """Where the result goes, for humans: the tags, the repository pushed by digest, or nowhere."""
+        if self.output == "digest":
+            return f"{self.repository}@<digest> (pushed by digest)"
+        if self.output == "none":
+            return "BuildKit's cache only (neither loaded nor pushed)"
+        return ", ".join(self.tags)
+
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+
+def plan(
+    variant: ResolvedVariant,
+    *,
+    platform: str | None = None,
+    base_image: str | None = None,
+    tags: tuple[str, ...] = (),
+    pip_index: str | None = None,
+    apt_mirror: str | None = None,
+    git_mirror: str | None = None,
+    hf_endpoint: str | None = None,
+    ca_bundle: Path | None = None,
+    push: bool = False,
+    push_by_digest: str | None = None,
+    load: bool = True,
+    cache_from: tuple[str, ...] = (),
+    cache_to: tuple[str, ...] = (),
+    metadata_file: Path | None = None,
+    network: str | None = None,
+    offline: bool = False,
+    revision: str | None = None,
+    no_cache: bool = False,
+    docker: str = "docker",
+) -> BuildPlan:
+    """The exact ``docker buildx build`` for one variant. Pure: reads no image, runs nothing.
+
+    Output, one of: load into the local engine (default); ``push`` the tags; ``push_by_digest``
+    REPO (an untagged push whose digest lands in ``metadata_file``, tagged afterwards with
+    ``docker buildx imagetools create``, as CI does); or ``load=False``: keep the result in
+    BuildKit's cache only (a build check; ``cache_to`` still exports the layers).
+    """
+    platform = platform or variant.platform
+    if platform not in variant.hardware.platforms:
+        raise RlboxError(
+            f"--platform {platform} does not fit {variant.ref}: hardware {variant.hardware_name} "
+            f"runs {', '.join(variant.hardware.platforms)}"
+        )
+    dockerfile = variant.root / variant.dockerfile
+    if not dockerfile.is_file():
+        raise RlboxError(f"{variant.dockerfile} is missing: run `rlbox render` first")
+    if ca_bundle is not None:
+        ca_bundle = Path(ca_bundle).resolve()
+        if not ca_bundle.is_file():
+            raise RlboxError(f"--ca-bundle {ca_bundle}: no such file (give a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt)")
+    if push and push_by_digest:
+        raise RlboxError("--push and --push-by-digest exclude each other: give one")
+    if push_by_digest and tags:
+        raise RlboxError(
+            "--tag does nothing with --push-by-digest: the image is pushed untagged; "
+            "tag its digest afterwards (docker buildx imagetools create -t TAG REPO@DIGEST)"
+        )
+    if push_by_digest and (":" in push_by_digest.rsplit("/", 1)[-1] or "@" in push_by_digest):
+        raise RlboxError(f"--push-by-digest {push_by_digest}: give a repository without tag or digest")
+    if not load and (push or push_by_digest):
+        raise RlboxError("--no-load with --push/--push-by-digest: a pushed image is not loaded anyway; drop --no-load")
+    output = "digest" if push_by_digest else "push" if push else "load" if load else "none"
+    tags = () if push_by_digest else tuple(tags) or (variant.image,)
+    args: dict[str, str] = {}
+    if base_image:
+        args["BASE_IMAGE"] = base_image
+    for key, value in (
+        ("PIP_INDEX", pip_index),
+        ("APT_MIRROR", apt_mirror),
+        ("GIT_MIRROR", git_mirror),
+        ("HF_ENDPOINT", hf_endpoint),
+    ):
+        if value:
+            args[key] = value
+    if offline:
+        # Air-gapped: no network for any RUN; every source comes from .rlbox-sources.
+        if network not in (None, "none"):
+            raise RlboxError(f"--network {network} contradicts an offline build, which runs with no network")
+        gaps = sources.missing(variant)
+        if gaps:
+            raise RlboxError(
+                f"offline build of {variant.ref}: {SOURCES_DIR}/{gaps[0]} is missing"
+                f"{f' (and {len(gaps) - 1} more)' if len(gaps) > 1 else ''}: run `rlbox fetch-sources {variant.ref}` "
+                "where the network is reachable"
+            )
+        network = "none"
+        args["RLBOX_OFFLINE"] = "1"
+    args["RLBOX_REVISION"] = revision or "unknown"
+    argv = [docker, "buildx", "build", "--progress", "plain", "--platform", platform, "--file", str(dockerfile)]
+    for tag in tags:
+        argv += ["--tag", tag]
+    for key, value in args.items():
+        argv += ["--build-arg", f"{key}={value}"]
+    if ca_bundle is not None:
+        argv += ["--secret", f"id=ca,src={ca_bundle}"]
+    if network:
+        argv += ["--network", network]
+    if no_cache:
+        argv.append("--no-cache")
+    for spec in cache_from:
+        argv += ["--cache-from", spec]
+    for spec in cache_to:
+        argv += ["--cache-to", spec]
+    if metadata_file is not None:
+        argv += ["--metadata-file", str(metadata_file)]
+    if output == "digest":
+        argv += ["--output", f"type=image,name={push_by_digest},push-by-digest=true,name-canonical=true,push=true"]
+    elif output == "none":
+        argv += ["--output", "type=cacheonly"]
+    else:
+        argv.append("--push" if push else "--load")
+    argv.append(str(variant.root))
+    return BuildPlan(
+        variant.ref, tuple(argv), dockerfile, variant.root, platform, tags, output in ("push", "digest"), args,
+        output, push_by_digest,
+    )
+
+
+def execute(build: BuildPlan, *, echo=None) -> None:
+    """Run the plan, streaming BuildKit's log; a failure becomes one line naming its cause."""
+    echo = echo or (lambda line: print(line, file=sys.stderr))
+    docker = build.argv[0]
+    if shutil.which(docker) is None:
+        raise RlboxError(f"`{docker}` not found: install the Docker CLI with the buildx plugin")
+    probe = subprocess.run([docker, "buildx", "version"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise RlboxError("docker buildx is not available: install the buildx plugin (see README, 'Set up')")
+    tail: deque[str] = deque(maxlen=60)
+    cause = None
+    proc = subprocess.Popen(build.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            echo(line)
+            tail.append(line)
+            match = _SCRIPT_ERROR.search(line)
+            if match:
+                cause = match.group(1)
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait()
+        raise RlboxError(f"build of {build.ref} interrupted", exit_code=130) from None
+    if code != 0:
+        if cause is None:
+            cause = _generic_cause(tail)
+        raise RlboxError(f"build of {build.ref} failed: {cause}", exit_code=1)
+
+
+def _generic_cause(tail) -> str:
+    for line in reversed(tail):
+        if line.startswith("ERROR:") or "error:" in line.lower():
+            return line.removeprefix("ERROR: ").strip()
+    return "see the build log above"

@@ -1,0 +1,56 @@
+"""Mirror profiles (``images/mirrors.yaml``): pip index, apt mirror, git mirror, Hugging Face
+endpoint and image registries, switched together by name (``--mirror cn``). The ``offline``
+profile builds from the local source cache that ``rlbox fetch-sources`` fills."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from rlbox.core.errors import RlboxError
+from rlbox.image.matrix import _did_you_mean, _read_yaml, _rel, _Strict, validate_named
+
+SOURCES_DIR = ".rlbox-sources"  # inside the build context: the offline build mounts it
+
+
+class Profile(_Strict):
+    description: str
+    pip_index: str | None = None
+    apt_mirror: dict[str, str] = Field(
+        default_factory=dict, description="archive URL per distribution: ubuntu, ubuntu-ports (arm64), debian"
+    )
+    git_mirror: str | None = Field(None, description="prefix that replaces https://github.com/")
+    hf_endpoint: str | None = None
+    registries: dict[str, str] = Field(default_factory=dict, description="image reference prefix -> replacement")
+    offline: bool = Field(False, description="build with no network, from the source cache only")
+
+    def apt_for(self, os_name: str, arch: str) -> str | None:
+        if os_name.startswith("ubuntu"):
+            return self.apt_mirror.get("ubuntu-ports" if arch != "x86_64" else "ubuntu") or self.apt_mirror.get("ubuntu")
+        if os_name.startswith("debian"):
+            return self.apt_mirror.get("debian")
+        return None
+
+    def image(self, ref: str) -> str:
+        """``ref`` through the profile's registry rewrites (longest matching prefix wins)."""
+        for prefix in sorted(self.registries, key=len, reverse=True):
+            if ref.startswith(prefix):
+                return self.registries[prefix] + ref[len(prefix):]
+        return ref
+
+
+def load(root: Path) -> dict[str, Profile]:
+    path = root / "images" / "mirrors.yaml"
+    if not path.exists():
+        return {}
+    data = _read_yaml(path, root).get("profiles") or {}
+    return validate_named(Profile, data, _rel(path, root), "profiles")
+
+
+def get(root: Path, name: str) -> Profile:
+    profiles = load(root)
+    if name not in profiles:
+        known = ", ".join(profiles) or "none (images/mirrors.yaml is missing)"
+        raise RlboxError(f"--mirror {name}: no such profile in images/mirrors.yaml{_did_you_mean(name, profiles)}; known: {known}")
+    return profiles[name]

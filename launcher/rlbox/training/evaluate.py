@@ -1,0 +1,337 @@
+"""`rlbox eval`: AISBench against an OpenAI endpoint, N times, averaged (seed 000 section 3).
+
+rlbox writes AISBench's model config ``configs/models/vllm_api/vllm_api_general.py`` into a
+work folder, with the seed's fields (host_ip, host_port, max_seq_len, max_out_len, batch_size,
+generation_kwargs) set for the server, then runs, from that folder, exactly the seed's command
+``ais_bench --models vllm_api_general --datasets aime2024_gen`` (plus ``--work-dir`` so each
+repeat has its own output folder). AISBench looks for configs in ``./configs`` before its own,
+so this file wins without editing the installed package. Each repeat's summary (the csv under
+``<work-dir>/<timestamp>/summary/``, columns ``dataset,version,metric,mode,vllm-api-general``,
+a value such as ``45.33`` or ``45.33 (14/30)``) is parsed; the repeats are averaged.
+
+Checked against AISBench 3.1.20260630 from PyPI (ais-bench-benchmark): its VLLMCustomAPI no
+longer takes ``max_seq_len``; rlbox asks the installed AISBench which fields it takes and leaves
+out the ones it does not (with a note), so the seed's config works on old and new releases.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import requests
+
+from rlbox.core.errors import RlboxError
+
+# rlbox's dataset names -> AISBench dataset configs (seed 000: aime2024; seed 001: MATH-500).
+DATASETS = {"aime2024": "aime2024_gen", "math500": "math_prm800k_500_0shot_cot_gen"}
+MODEL_ABBR = "vllm-api-general"
+BUILDER_KEYS = {"attr", "abbr", "request_rate", "batch_size", "use_timestamp", "run_cfg", "min_out_len"}
+
+# Seed 000 section 3.3.2 (2k prompt, 20k output: max_seq_len + max_out_len = max-model-len 22528).
+GENERATION = {"temperature": 0.5, "top_k": 10, "top_p": 0.95, "seed": None, "repetition_penalty": 1.03}
+MAX_SEQ_LEN = 2048
+BATCH_SIZE = 48
+
+CONFIG_TEMPLATE = '''\
+# Written by rlbox eval for {endpoint} (seed 000 section 3.3.2's fields).
+from ais_bench.benchmark.models import VLLMCustomAPI
+
+models = [
+    dict(
+{fields}
+    )
+]
+'''
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str  # http://host:port (no /v1)
+    host: str
+    port: int
+    max_model_len: int | None = None
+    source: str = "--endpoint"
+
+    @classmethod
+    def parse(cls, text: str, max_model_len: int | None = None, source: str = "--endpoint") -> "Endpoint":
+        u = urlparse(text if "://" in text else f"http://{text}")
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise RlboxError(f"--endpoint {text!r}: give http://HOST:PORT (the server's OpenAI endpoint)")
+        port = u.port or (443 if u.scheme == "https" else 80)
+        return cls(f"{u.scheme}://{u.hostname}:{port}", u.hostname, port, max_model_len, source)
+
+
+def check_endpoint(ep: Endpoint) -> str:
+    """The served model's id; one line naming the endpoint when it does not answer."""
+    try:
+        resp = requests.get(f"{ep.url}/v1/models", timeout=10)
+    except requests.RequestException as err:
+        raise RlboxError(f"endpoint {ep.url} ({ep.source}) does not answer ({type(err).__name__}); "
+                         "is the server up? (rlbox serve MODEL)") from None
+    try:
+        return resp.json()["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise RlboxError(f"endpoint {ep.url}/v1/models answered {resp.status_code} without a model list") from None
+
+
+def config_fields(ep: Endpoint, *, max_seq_len: int, max_out_len: int, batch_size: int, generation: dict,
+                  accepted: set[str] | None) -> tuple[dict, list[str]]:
+    """The seed's model config for this endpoint; fields the installed AISBench refuses dropped."""
+    fields = {
+        "attr": "service", "type": "VLLMCustomAPI", "abbr": MODEL_ABBR, "path": "", "model": "",
+        "request_rate": 0, "retry": 2, "host_ip": ep.host, "host_port": ep.port,
+        "enable_ssl": ep.url.startswith("https://"),
+        "max_seq_len": max_seq_len, "max_out_len": max_out_len, "batch_size": batch_size,
+        "trust_remote_code": False, "generation_kwargs": generation,
+    }
+    dropped = []
+    if accepted is not None:
+        for key in list(fields):
+            if key not in ("attr", "type", "abbr") and key not in accepted:
+                dropped.append(key)
+                del fields[key]
+    return fields, dropped
+
+
+def render_config(fields: dict, endpoint: str) -> str:
+    def py(v):
+        if isinstance(v, dict):
+            return "dict(\n" + "".join(f"            {k}={py(x)},\n" for k, x in v.items()) + "        )"
+        return repr(v)
+
+    body = "".join(f"        {k}={v if k == 'type' else py(v)},\n" for k, v in fields.items())
+    return CONFIG_TEMPLATE.format(endpoint=endpoint, fields=body.rstrip("\n"))
+
+
+def ais_bench_fields(executable: str) -> set[str] | None:
+    """The keyword arguments the installed AISBench's VLLMCustomAPI takes (None: cannot tell)."""
+    try:
+        first = Path(executable).read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    if not first.startswith("#!") or "python" not in first:
+        return None
+    python = first[2:].strip().split()[0]
+    # The model class gets the config minus the keys AISBench's builder pops for itself
+    # (utils/config/build.py: abbr, attr, request_rate, batch_size, ...); those always stay.
+    probe = ("import inspect\nfrom ais_bench.benchmark.models import VLLMCustomAPI as C\n"
+             "ps = inspect.signature(C.__init__).parameters.values()\n"
+             "print('*' if any(p.kind == p.VAR_KEYWORD for p in ps) else ' '.join(p.name for p in ps if p.name != 'self'))")
+    try:
+        proc = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or not proc.stdout.strip() or proc.stdout.strip() == "*":
+        return None
+    return set(proc.stdout.split()) | BUILDER_KEYS
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    dataset: str
+    version: str
+    metric: str
+    mode: str
+    value: float | None
+    raw: str
+
+
+_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+
+
+def parse_summary_csv(text: str, model_abbr: str = MODEL_ABBR) -> list[Row]:
+    """AISBench's summary csv: dataset,version,metric,mode[,total_count],<model abbr>..."""
+    rows = list(csv.reader(text.splitlines()))
+    if not rows or rows[0][:4] != ["dataset", "version", "metric", "mode"]:
+        raise ValueError("not an AISBench summary (header dataset,version,metric,mode,...)")
+    header = rows[0]
+    if model_abbr not in header:
+        raise ValueError(f"no column {model_abbr} in the summary (columns: {', '.join(header)})")
+    col = header.index(model_abbr)
+    out = []
+    for r in rows[1:]:
+        if len(r) <= col:
+            continue
+        m = _NUMBER.match(r[col])
+        out.append(Row(r[0], r[1], r[2], r[3], float(m.group(1)) if m else None, r[col]))
+    return out
+
+
+def parse_summary_table(text: str, model_abbr: str = MODEL_ABBR) -> list[Row]:
+    """The table AISBench prints (tabulate's plain format: header, dashes, rows)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        words = line.split()
+        if words[:4] == ["dataset", "version", "metric", "mode"] and model_abbr in words and set(lines[i + 1].replace(" ", "")) == {"-"}:
+            col = words.index(model_abbr)
+            out = []
+            for row in lines[i + 2:]:
+                cells = row.split()
+                if len(cells) <= col or row.startswith(("[", " ")):  # the table ends at the next log line
+                    break
+                m = _NUMBER.match(cells[col])
+                out.append(Row(cells[0], cells[1], cells[2], cells[3], float(m.group(1)) if m else None, " ".join(cells[col:])))
+            return out
+    raise ValueError("no summary table in the output")
+
+
+@dataclass
+class Run:
+    index: int
+    value: float
+    version: str
+    summary: str
+    seconds: float
+
+
+@dataclass
+class EvalPlan:
+    model: str
+    dataset: str
+    ais_dataset: str
+    endpoint: Endpoint
+    repeat: int
+    executable: str
+    work: Path
+    max_seq_len: int
+    max_out_len: int
+    batch_size: int
+    generation: dict
+    datasets_cache: Path | None
+    runs: list[Run] = field(default_factory=list)
+
+    def argv(self, index: int) -> list[str]:
+        return [self.executable, "--models", "vllm_api_general", "--datasets", self.ais_dataset,
+                "--work-dir", f"outputs/repeat_{index:02d}"]
+
+
+def plan(*, model: str, dataset: str, endpoint: Endpoint, repeat: int, executable: str | None, out_dir: Path,
+         max_seq_len: int | None, max_out_len: int | None, batch_size: int, generation: dict,
+         datasets_cache: Path | None) -> EvalPlan:
+    if repeat < 1:
+        raise RlboxError("--repeat must be 1 or more")
+    ais_dataset = DATASETS.get(dataset) or (dataset if re.fullmatch(r"[\w.-]+_gen[\w.-]*", dataset) else None)
+    if not ais_dataset:
+        raise RlboxError(f"--dataset {dataset}: not one rlbox knows ({', '.join(DATASETS)}); "
+                         "or give an AISBench dataset config name such as aime2024_gen")
+    exe = executable or "ais_bench"
+    found = shutil.which(exe)
+    if not found:
+        raise RlboxError(f"AISBench not found ({exe}): `pip install ais-bench-benchmark` (in its own venv) "
+                         "or pass --ais-bench PATH")
+    seq = max_seq_len or MAX_SEQ_LEN
+    if max_out_len is None:
+        if endpoint.max_model_len and endpoint.max_model_len > seq:
+            max_out_len = endpoint.max_model_len - seq
+        else:
+            max_out_len = 20480
+    if endpoint.max_model_len and seq + max_out_len > endpoint.max_model_len:
+        raise RlboxError(f"max_seq_len {seq} + max_out_len {max_out_len} exceed the server's --max-model-len "
+                         f"{endpoint.max_model_len}")
+    stamp = time.strftime("%Y%m%d_%H%M%S")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name or model)[:60]
+    work = (out_dir / "eval" / f"{safe}-{dataset}-{stamp}").resolve()
+    return EvalPlan(model, dataset, ais_dataset, endpoint, repeat, found, work, seq, max_out_len, batch_size,
+                    generation, datasets_cache)
+
+
+def write_config(p: EvalPlan, note) -> Path:
+    accepted = ais_bench_fields(p.executable)
+    fields, dropped = config_fields(p.endpoint, max_seq_len=p.max_seq_len, max_out_len=p.max_out_len,
+                                    batch_size=p.batch_size, generation=p.generation, accepted=accepted)
+    if dropped:
+        note(f"the installed AISBench's VLLMCustomAPI takes no {', '.join(dropped)}: left out of its config")
+    path = p.work / "configs" / "models" / "vllm_api" / "vllm_api_general.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_config(fields, p.endpoint.url))
+    return path
+
+
+def _summary(work_dir: Path, started: float) -> Path | None:
+    found = [c for c in work_dir.glob("*/summary/summary_*.csv") if c.stat().st_mtime >= started - 1]
+    return max(found, key=lambda c: c.stat().st_mtime) if found else None
+
+
+def run_once(p: EvalPlan, index: int, emit) -> Run:
+    env = dict(os.environ)
+    if p.datasets_cache:
+        env["AIS_BENCH_DATASETS_CACHE"] = str(p.datasets_cache)
+    started = time.time()
+    log = p.work / f"repeat_{index:02d}.log"
+    with log.open("w", encoding="utf-8") as f:
+        proc = subprocess.run(p.argv(index), cwd=p.work, env=env, stdout=f, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, text=True)
+    output = log.read_text(errors="replace")
+    clean = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
+    last = next((line.strip() for line in reversed(clean.splitlines()) if line.strip()), "no output")
+    if proc.returncode != 0:
+        raise RlboxError(f"ais_bench run {index}/{p.repeat} exited with {proc.returncode}: {last} (log: {log})")
+    summary = _summary(p.work / f"outputs/repeat_{index:02d}", started)
+    try:
+        rows = parse_summary_csv(summary.read_text()) if summary else parse_summary_table(clean)
+    except ValueError as err:
+        raise RlboxError(f"ais_bench run {index}/{p.repeat}: {err} (log: {log})") from None
+    wanted = [r for r in rows if r.dataset == p.dataset or r.dataset.startswith(p.dataset)]
+    row = next((r for r in wanted if r.metric == "accuracy"), wanted[0] if wanted else None)
+    if row is None or row.value is None:
+        failed = re.search(r"see\s*\n?\s*(\S+logs/infer/\S+)", clean)
+        why = f"its inference failed, see {p.work / failed.group(1)}" if failed else f"see {log}"
+        raise RlboxError(f"ais_bench run {index}/{p.repeat} produced no accuracy for {p.dataset} "
+                         f"({row.raw if row else 'no row'}): {why}")
+    run = Run(index, row.value, row.version, str(summary or log), round(time.time() - started, 1))
+    emit(f"run {index}/{p.repeat}: {row.dataset} {row.metric} {row.value:.2f}  ({run.seconds:.0f} s, {run.summary})")
+    p.runs.append(run)
+    return run
+
+
+def result(p: EvalPlan, model_id: str) -> dict:
+    values = [r.value for r in p.runs]
+    return {
+        "schema": "rlbox.eval/v1",
+        "model": p.model,
+        "served_model": model_id,
+        "dataset": p.dataset,
+        "ais_dataset": p.ais_dataset,
+        "version": p.runs[0].version if p.runs else "-",
+        "metric": "accuracy",
+        "mode": "gen",
+        "model_abbr": MODEL_ABBR,
+        "repeat": p.repeat,
+        "mean": round(sum(values) / len(values), 2),
+        "runs": [r.__dict__ for r in p.runs],
+        "endpoint": p.endpoint.url,
+        "config": {"max_seq_len": p.max_seq_len, "max_out_len": p.max_out_len, "batch_size": p.batch_size,
+                   "generation_kwargs": p.generation},
+        "work_dir": str(p.work),
+    }
+
+
+def load_result(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as err:
+        raise RlboxError(f"{path}: cannot read ({err.strerror})") from None
+    except ValueError:
+        raise RlboxError(f"{path}: not JSON (an `rlbox eval` result)") from None
+    if not isinstance(data, dict) or data.get("schema") != "rlbox.eval/v1":
+        raise RlboxError(f"{path}: not an `rlbox eval` result (schema rlbox.eval/v1)")
+    return data
+
+
+def compare(before: dict, after: dict) -> list[list[str]]:
+    if before["dataset"] != after["dataset"]:
+        raise RlboxError(f"cannot compare {before['dataset']} with {after['dataset']}")
+    gain = after["mean"] - before["mean"]
+    return [["dataset", "version", "metric", "mode", "before", "after", "gain"],
+            [after["dataset"], after.get("version", "-"), after["metric"], after["mode"], f"{before['mean']:.2f}",
+             f"{after['mean']:.2f}", f"{gain:+.2f}"]]
