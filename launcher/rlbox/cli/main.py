@@ -27,7 +27,7 @@ from rlbox.image import mirrors as mirrors_mod
 from rlbox.image import sources as sources_mod
 from rlbox.cluster import recipes as recipes_mod
 from rlbox.cluster.preflight import validate as validate_mod
-from rlbox.core.errors import RlboxError
+from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.core.paths import find_root
 
 out = Console(highlight=False, soft_wrap=True)
@@ -207,7 +207,7 @@ def lock_cmd(refs, check, strict, pip_index, ca_bundle):
         elif ref in m.releases:
             chosen += [v for v in m.variants if v.release.release == ref]
         else:
-            raise RlboxError(f"unknown release '{ref}'{matrix._did_you_mean(ref, m.releases)}; "
+            raise RlboxError(f"unknown release '{ref}'{did_you_mean(ref, m.releases)}; "
                              f"known: {', '.join(sorted(m.releases))}")
     if check:
         problems = lock_mod.check(chosen)

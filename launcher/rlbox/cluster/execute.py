@@ -8,7 +8,6 @@ the simulation network, so nothing is left half-started.
 from __future__ import annotations
 
 import json
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 from rlbox.cluster import jobs
 from rlbox.cluster import ray
 from rlbox.cluster import sim
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.hosts import Node, connect_all, on_every
 from rlbox.cluster.plan import LABEL_RUN, NodePlan, RunPlan
@@ -24,15 +24,8 @@ from rlbox.cluster.plan import LABEL_RUN, NodePlan, RunPlan
 Echo = Callable[[str], None]
 
 
-def _docker_reason(err: Exception) -> str:
-    text = getattr(err, "explanation", None) or str(err)
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    return " ".join(str(text).split())[:300]
-
-
 def _start_error(node: NodePlan, err: Exception) -> RlboxError:
-    reason = _docker_reason(err)
+    reason = engine.reason(err)
     if "gathering device information" in reason or ("no such file or directory" in reason and "/dev/" in reason):
         dev = next((w.strip('":,') for w in reason.split() if w.strip('":,').startswith("/dev/")), "a device")
         return RlboxError(
@@ -160,13 +153,10 @@ def remove_run(nodes: list[Node], run: str, network: str | None) -> int:
         try:
             boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"})
         except Exception as err:  # noqa: BLE001 - an engine gone away: say which, go on with the others
-            raise RlboxError(f"{node.host.name}: cannot list run {run}'s containers ({_docker_reason(err)}); "
+            raise RlboxError(f"{node.host.name}: cannot list run {run}'s containers ({engine.reason(err)}); "
                              f"rerun `rlbox stop --name {run}`") from None
-        for box in boxes:
-            try:
-                box.remove(force=True)
-            except Exception:  # noqa: BLE001 - already gone (nodes may share one engine)
-                pass
+        for box in boxes:  # nodes may share one engine: a box may be gone already
+            engine.remove_quietly(box)
         return {box.id for box in boxes}
 
     results, errors = on_every(remove, nodes)
@@ -221,55 +211,55 @@ def execute(
     started = time.monotonic()
     nodes = connect_all(tuple(n.host for n in plan.nodes))
     cluster = Cluster(plan, nodes, echo)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     cleanup = False  # nothing of ours exists until preflight has passed
     submission = None
     client = None
     try:
-        cluster.preflight(replace)  # refuses a live run of this name before anything else
-        if plan.sim_files:
-            sim.write_hosts(plan)
-        if before is not None:  # checks that need the engines but must pass before anything starts
-            before(nodes)
-        cluster.clear()  # only now: a failed check leaves a --replace'd run alone
-        cleanup = True
-        write_state(state, plan, phase="starting")
-        cluster.start()
-        cluster.connect_dashboard()
-        cluster.wait_ready(timeout)
-        ready = time.monotonic() - started
-        echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
-        write_state(state, plan, phase="ready", ready_seconds=round(ready, 2), log=str(log_path))
-        if bring_up_only or plan.job is None:
-            cleanup = not keep
-            return Outcome(0, "READY", ready, None)
-        client = jobs.JobsClient(cluster.dashboard)
-        submission = client.submit(plan.job)
-        echo(f"job {submission} submitted; log: {log_path}")
-        write_state(state, plan, phase="running", submission_id=submission, ready_seconds=round(ready, 2), log=str(log_path))
-        if detach:
-            cleanup = False
-            return Outcome(0, "RUNNING", ready, log_path)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("w", encoding="utf-8") as log:
-            def both(text: str) -> None:
-                log.write(text)
-                log.flush()
-                emit(text)
-            try:
-                info = client.follow(submission, both)
-            except jobs.LostContact as lost:
+        with engine.sigterm_as_interrupt():
+            cluster.preflight(replace)  # refuses a live run of this name before anything else
+            if plan.sim_files:
+                sim.write_hosts(plan)
+            if before is not None:  # checks that need the engines but must pass before anything starts
+                before(nodes)
+            cluster.clear()  # only now: a failed check leaves a --replace'd run alone
+            cleanup = True
+            write_state(state, plan, phase="starting")
+            cluster.start()
+            cluster.connect_dashboard()
+            cluster.wait_ready(timeout)
+            ready = time.monotonic() - started
+            echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
+            write_state(state, plan, phase="ready", ready_seconds=round(ready, 2), log=str(log_path))
+            if bring_up_only or plan.job is None:
+                cleanup = not keep
+                return Outcome(0, "READY", ready, None)
+            client = jobs.JobsClient(cluster.dashboard)
+            submission = client.submit(plan.job)
+            echo(f"job {submission} submitted; log: {log_path}")
+            write_state(state, plan, phase="running", submission_id=submission, ready_seconds=round(ready, 2), log=str(log_path))
+            if detach:
                 cleanup = False
-                raise RlboxError(f"{lost}; the cluster is left running: follow with `rlbox logs -f --name {plan.run}`, "
-                                 f"end with `rlbox stop --name {plan.run}`") from None
-        code = jobs.exit_code(info)
-        status = info.get("status", "UNKNOWN")
-        echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))
-        write_state(state, plan, phase="finished", submission_id=submission, status=status, exit_code=code, log=str(log_path))
-        if status == "FAILED" and on_failure is not None:  # while the containers still exist
-            guarded(on_failure, nodes, log_path, echo=echo)
-        cleanup = not keep
-        return Outcome(code, status, ready, log_path)
+                return Outcome(0, "RUNNING", ready, log_path)
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with log_path.open("w", encoding="utf-8") as log:
+                def both(text: str) -> None:
+                    log.write(text)
+                    log.flush()
+                    emit(text)
+                try:
+                    info = client.follow(submission, both)
+                except jobs.LostContact as lost:
+                    cleanup = False
+                    raise RlboxError(f"{lost}; the cluster is left running: follow with `rlbox logs -f --name {plan.run}`, "
+                                     f"end with `rlbox stop --name {plan.run}`") from None
+            code = jobs.exit_code(info)
+            status = info.get("status", "UNKNOWN")
+            echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))
+            write_state(state, plan, phase="finished", submission_id=submission, status=status, exit_code=code, log=str(log_path))
+            if status == "FAILED" and on_failure is not None:  # while the containers still exist
+                guarded(on_failure, nodes, log_path, echo=echo)
+            cleanup = not keep
+            return Outcome(code, status, ready, log_path)
     except KeyboardInterrupt:
         echo("interrupted: stopping the job and tearing down every node")
         if client and submission:
@@ -279,7 +269,6 @@ def execute(
                 pass
         raise RlboxError("interrupted; every node was cleaned up", exit_code=130) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
         if cleanup:
             cluster.teardown()
             if state.exists():
@@ -299,7 +288,3 @@ def guarded(hook: Callable[[list[Node], Path], None], nodes: list[Node], log_pat
     except Exception as err:  # noqa: BLE001
         reason = " ".join(str(err).split())[:300] or type(err).__name__
         echo(f"warning: triage failed ({reason}); the job's own log: {log_path}")
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt

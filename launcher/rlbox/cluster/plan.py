@@ -17,13 +17,14 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from rlbox.cluster.spec import ClusterSpec, Host, Mount
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
 LABEL_RUN = "io.rlbox.run"
 LABEL_RUN_ID = "io.rlbox.run-id"
 LABEL_NODE = "io.rlbox.node"
 LABEL_ROLE = "io.rlbox.role"
-LABEL_MANAGED = "io.rlbox.managed"
+LABEL_MANAGED = engine.LABEL_MANAGED
 
 CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 DRIVER_DIR = "/usr/local/Ascend/driver"

@@ -6,9 +6,10 @@ import re
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from rlbox.core.errors import RlboxError
+from rlbox.core.config import validate
+from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.core.paths import RESOURCES
 
 RECIPES_DIR = RESOURCES / "recipes"
@@ -61,23 +62,16 @@ def _key(override: str) -> str:
 def load(name: str) -> Recipe:
     path = RECIPES_DIR / f"{name}.yaml"
     if not path.is_file():
-        import difflib
-
-        names = names_available()
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise RlboxError(f"unknown recipe '{name}'{hint}; see `rlbox recipes list`")
+        raise RlboxError(f"unknown recipe '{name}'{did_you_mean(name, names_available())}; see `rlbox recipes list`")
     return _parse(path)
 
 
 def _parse(path: Path) -> Recipe:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        recipe = Recipe.model_validate(data)
-    except (yaml.YAMLError, ValidationError) as err:
-        first = err.errors()[0] if isinstance(err, ValidationError) else None
-        where = ".".join(map(str, first["loc"])) + ": " + first["msg"] if first else "not valid YAML"
-        raise RlboxError(f"{path}: {where}") from None
+    except yaml.YAMLError:
+        raise RlboxError(f"{path}: not valid YAML") from None
+    recipe = validate(Recipe, data, str(path))
     for text in [*recipe.overrides, *recipe.env.values()]:
         for m in _PLACEHOLDER.finditer(text):
             if m.group(1) not in recipe.params:

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlbox.core.config import validate
 from rlbox.core.errors import RlboxError
 
 HARDWARE_CHOICES = ("a2", "a3", "ax", "auto")
@@ -193,13 +194,7 @@ def from_file(path: Path) -> ClusterSpec:
 
 
 def _from_yaml(path: Path, data: dict[str, Any]) -> ClusterSpec:
-    try:
-        doc = _ClusterFile.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        msg = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].removeprefix("Value error, ")
-        raise RlboxError(f"{path}: {loc}: {msg}") from None
+    doc = validate(_ClusterFile, data, str(path))
     mounts = tuple(Mount.parse(m, f"{path}: mounts") for m in doc.mounts)
     hosts = []
     for i, entry in enumerate(doc.hosts):

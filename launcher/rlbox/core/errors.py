@@ -1,4 +1,10 @@
-"""The one error type users see: a single line naming what is wrong and what to do."""
+"""The one error type users see: a single line naming what is wrong and what to do; and the
+one way rlbox suggests the name that was meant."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class RlboxError(Exception):
@@ -10,3 +16,14 @@ class RlboxError(Exception):
         super().__init__(" ".join(message.split()) if "\n" in message else message)
         if exit_code is not None:
             self.exit_code = exit_code
+
+
+def nearest(word: str, choices: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    """The ``n`` names of ``choices`` closest to ``word`` (difflib's ratio of at least ``cutoff``)."""
+    return difflib.get_close_matches(word, list(choices), n=n, cutoff=cutoff)
+
+
+def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
+    close = nearest(word, choices, 1, cutoff)
+    return f" (did you mean '{close[0]}'?)" if close else ""

@@ -17,18 +17,18 @@ loading reads files, nothing touches Docker.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rlbox.image import lockfile
-from rlbox.core.errors import RlboxError
+from rlbox.core import config
+from rlbox.core.config import Strict, error_line, merge, read_yaml, validate, validate_named
+from rlbox.core.errors import RlboxError, did_you_mean
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 SHORT_SHA = re.compile(r"^[0-9a-f]{7,39}$")
@@ -54,11 +54,7 @@ INSTALL_ORDER = (
 PLATFORM_ARCH = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Hardware(_Strict):
+class Hardware(Strict):
     description: str
     chip: str = Field(description="chip part of the CANN base image tag (910b, a3)")
     npu_smi_chip: str = Field(description="chip name `npu-smi info` prints")
@@ -69,7 +65,7 @@ class Hardware(_Strict):
     kubernetes_resource: str = "huawei.com/Ascend910"
 
 
-class Base(_Strict):
+class Base(Strict):
     image: str
     tag: str = Field(description="format string over cann, chip, os, python (the base's Python)")
     python: str | None = Field(
@@ -78,7 +74,7 @@ class Base(_Strict):
     )
 
 
-class Cann(_Strict):
+class Cann(Strict):
     version: str = Field(description="CANN release, or `none` for an image without CANN (simulation)")
     env_scripts: list[str] = Field(default_factory=list)
     python_packages: list[str] = Field(
@@ -103,22 +99,22 @@ class Cann(_Strict):
         return self
 
 
-class Driver(_Strict):
+class Driver(Strict):
     min: str = Field(description="oldest Ascend HDK driver the CANN version supports")
     max: str | None = Field(None, description="newest driver known to work, when Ascend's table gives one")
 
 
-class ImageName(_Strict):
+class ImageName(Strict):
     registry: str
     name: str
 
 
-class User(_Strict):
+class User(Strict):
     name: str
     uid: int = Field(ge=1000)
 
 
-class Component(_Strict):
+class Component(Strict):
     """One pinned piece of software: a PyPI release or a git source at a fixed commit."""
 
     pip: str | None = Field(None, description="PyPI requirement pinned with ==, e.g. torch==2.7.1")
@@ -187,7 +183,7 @@ class Component(_Strict):
         return self.pip if self.pip else f"git+{self.git}@{self.commit or self.ref}"
 
 
-class Variant(_Strict):
+class Variant(Strict):
     hardware: str
     platform: Literal["linux/arm64", "linux/amd64"] | None = None
     tag: str | None = None
@@ -197,7 +193,7 @@ class Variant(_Strict):
     )
 
 
-class Release(_Strict):
+class Release(Strict):
     release: str
     description: str
     sources: list[str] = Field(default_factory=list, description="where the pins come from")
@@ -421,13 +417,13 @@ class Matrix:
         if not sep or not release or not variant:
             raise RlboxError(f"'{ref}' is not RELEASE:VARIANT (see `rlbox images list`)")
         if release not in self.releases:
-            hint = _did_you_mean(release, self.releases)
+            hint = did_you_mean(release, self.releases)
             raise RlboxError(f"unknown release '{release}'{hint}; known: {', '.join(sorted(self.releases))}")
         names = [v.name for v in self.variants if v.release.release == release]
         for v in self.variants:
             if v.release.release == release and v.name == variant:
                 return v
-        hint = _did_you_mean(variant, names)
+        hint = did_you_mean(variant, names)
         raise RlboxError(f"release {release} has no variant '{variant}'{hint}; it has: {', '.join(names)}")
 
     def image_for(self, ref: str) -> tuple[str, ResolvedVariant | None]:
@@ -449,112 +445,13 @@ class Matrix:
 # Loading.
 
 
-def _did_you_mean(word: str, choices) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _read_yaml(path: Path, root: Path) -> dict[str, Any]:
-    rel = _rel(path, root)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "not valid YAML"
-        raise RlboxError(f"{rel}{where}: {problem}; fix the YAML syntax") from None
-    except OSError as err:
-        raise RlboxError(f"{rel}: cannot read ({err.strerror})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise RlboxError(f"{rel}: expected a mapping at the top level")
-    return data
-
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _merge(base: Any, over: Any) -> Any:
-    """Deep merge: mappings key by key, ``None`` deletes, anything else replaces."""
-    if isinstance(base, dict) and isinstance(over, dict):
-        out = dict(base)
-        for key, value in over.items():
-            if value is None:
-                out.pop(key, None)
-            elif key in out:
-                out[key] = _merge(out[key], value)
-            else:
-                out[key] = value
-        return out
-    return over
-
-
-def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
-    """The pydantic model that holds the last element of ``loc`` (for key suggestions)."""
-    for part in loc[:-1]:
-        if model is None:
-            return None
-        if isinstance(part, str) and part in model.model_fields:
-            ann = model.model_fields[part].annotation
-            args = getattr(ann, "__args__", ())
-            nested = [a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)]
-            model = nested[0] if nested else None
-            if model is None and args:  # dict[str, Model]: the next part is the key
-                values = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-                model = values[0] if values else None
-        elif isinstance(part, str) or isinstance(part, int):
-            continue  # a dict key or list index: stay on the value model
-    return model
-
-
-def _one_line(err: ValidationError, rel: str, model: type[BaseModel]) -> str:
-    first = err.errors()[0]
-    loc = tuple(first["loc"])
-    where = ".".join(str(p) for p in loc) or "(top level)"
-    if first["type"] == "extra_forbidden":
-        holder = _model_at(model, loc)
-        choices = list(holder.model_fields) if holder else []
-        msg = f"unknown key{_did_you_mean(str(loc[-1]), choices)}"
-        if choices:
-            msg += f"; allowed: {', '.join(choices)}"
-    elif first["type"] == "missing":
-        msg = "missing; this field is required"
-    else:
-        msg = first["msg"].removeprefix("Value error, ")
-    more = len(err.errors()) - 1
-    return f"{rel}: {where}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
-
-
-def _validate(model: type[BaseModel], data: dict[str, Any], rel: str):
-    try:
-        return model.model_validate(data)
-    except ValidationError as err:
-        raise RlboxError(_one_line(err, rel, model)) from None
-
-
-def validate_named(model: type[BaseModel], entries: dict[str, Any], rel: str, key: str) -> dict[str, Any]:
-    """Each ``NAME: {...}`` under ``key`` of a file as ``model``; a problem names ``key.NAME.field``."""
-    out = {}
-    for name, body in entries.items():
-        try:
-            out[name] = model.model_validate(body or {})
-        except ValidationError as err:
-            raise RlboxError(_one_line(err, rel, model).replace(": ", f": {key}.{name}.", 1)) from None
-    return out
-
-
 def load_hardware(root: Path) -> dict[str, Hardware]:
     path = root / "images" / "hardware.yaml"
-    data = _read_yaml(path, root)
+    data = read_yaml(path, root)
     profiles = data.get("hardware")
     if not isinstance(profiles, dict) or not profiles:
-        raise RlboxError(f"{_rel(path, root)}: hardware: missing; list the hardware profiles under `hardware:`")
-    return validate_named(Hardware, profiles, _rel(path, root), "hardware")
+        raise RlboxError(f"{config.rel(path, root)}: hardware: missing; list the hardware profiles under `hardware:`")
+    return validate_named(Hardware, profiles, config.rel(path, root), "hardware")
 
 
 def load(root: Path) -> Matrix:
@@ -562,44 +459,44 @@ def load(root: Path) -> Matrix:
     root = root.resolve()
     images = root / "images"
     hardware = load_hardware(root)
-    defaults = _read_yaml(images / "defaults.yaml", root) if (images / "defaults.yaml").exists() else {}
+    defaults = read_yaml(images / "defaults.yaml", root) if (images / "defaults.yaml").exists() else {}
     raw: dict[str, tuple[Path, dict[str, Any]]] = {}
     for path in sorted(images.glob("*.yaml")):
         if path.name in ("hardware.yaml", "defaults.yaml", "mirrors.yaml"):
             continue
-        data = _read_yaml(path, root)
-        rel = _rel(path, root)
+        data = read_yaml(path, root)
+        rel = config.rel(path, root)
         name = data.get("release")
         if name != path.stem:
             raise RlboxError(f"{rel}: release: must be '{path.stem}' (the file name), found {name!r}")
         raw[name] = (path, data)
     if not raw:
-        raise RlboxError(f"{_rel(images, root)}: no release manifests (*.yaml) found")
+        raise RlboxError(f"{config.rel(images, root)}: no release manifests (*.yaml) found")
 
     def merged(name: str, chain: tuple[str, ...] = ()) -> dict[str, Any]:
         path, data = raw[name]
         parent = data.get("extends")
         if parent is None:
-            return _merge(defaults, data)
+            return merge(defaults, data)
         if parent not in raw:
             raise RlboxError(
-                f"{_rel(path, root)}: extends: no release '{parent}'{_did_you_mean(parent, raw)}"
+                f"{config.rel(path, root)}: extends: no release '{parent}'{did_you_mean(parent, raw)}"
             )
         if parent in chain:
-            raise RlboxError(f"{_rel(path, root)}: extends: cycle {' -> '.join((*chain, name, parent))}")
+            raise RlboxError(f"{config.rel(path, root)}: extends: cycle {' -> '.join((*chain, name, parent))}")
         base = merged(parent, (*chain, name))
         if "variants" in data:  # a child's variant list replaces its parent's
             base.pop("variants", None)
-        return _merge(base, data)
+        return merge(base, data)
 
     releases: dict[str, Release] = {}
     variants: list[ResolvedVariant] = []
     for name, (path, _) in raw.items():
-        rel = _rel(path, root)
-        release = _validate(Release, merged(name), rel)
+        rel = config.rel(path, root)
+        release = validate(Release, merged(name), rel)
         releases[name] = release
         lock_data = lockfile.read(root, name)
-        lock_rel = _rel(lockfile.path_for(root, name), root)
+        lock_rel = config.rel(lockfile.path_for(root, name), root)
         comps = tuple(
             ResolvedComponent(cname, comp, _patch_files(root, rel, cname, comp))
             for cname, comp in release.components.items()
@@ -609,7 +506,7 @@ def load(root: Path) -> Matrix:
             if variant.hardware not in hardware:
                 raise RlboxError(
                     f"{where}.hardware: unknown hardware '{variant.hardware}'"
-                    f"{_did_you_mean(variant.hardware, hardware)}; known: {', '.join(hardware)}"
+                    f"{did_you_mean(variant.hardware, hardware)}; known: {', '.join(hardware)}"
                 )
             hw = hardware[variant.hardware]
             platform = variant.platform or hw.platforms[0]
@@ -652,18 +549,18 @@ def _variant_components(root: Path, rel: str, release: Release, vname: str, vari
             where = f"{rel}: variants.{vname}.components.{cname}"
             if not isinstance(over, dict):
                 raise RlboxError(f"{where}: expected a mapping of component fields")
-            merged = _merge(comp.model_dump(exclude_defaults=True), over)
+            merged = merge(comp.model_dump(exclude_defaults=True), over)
             try:
                 comp = Component.model_validate(merged)
             except ValidationError as err:
-                raise RlboxError(_one_line(err, where, Component)) from None
+                raise RlboxError(error_line(err, where, Component)) from None
         out.append(ResolvedComponent(cname, comp, _patch_files(root, rel, cname, comp)))
     unknown = set(variant.components) - set(release.components)
     if unknown:
         name = sorted(unknown)[0]
         raise RlboxError(
             f"{rel}: variants.{vname}.components.{name}: no such component in the release"
-            f"{_did_you_mean(name, release.components)}"
+            f"{did_you_mean(name, release.components)}"
         )
     return tuple(out)
 

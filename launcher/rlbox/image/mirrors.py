@@ -8,13 +8,13 @@ from pathlib import Path
 
 from pydantic import Field
 
-from rlbox.core.errors import RlboxError
-from rlbox.image.matrix import _did_you_mean, _read_yaml, _rel, _Strict, validate_named
+from rlbox.core.errors import RlboxError, did_you_mean
+from rlbox.core.config import Strict, read_yaml, rel, validate_named
 
 SOURCES_DIR = ".rlbox-sources"  # inside the build context: the offline build mounts it
 
 
-class Profile(_Strict):
+class Profile(Strict):
     description: str
     pip_index: str | None = None
     apt_mirror: dict[str, str] = Field(
@@ -44,13 +44,13 @@ def load(root: Path) -> dict[str, Profile]:
     path = root / "images" / "mirrors.yaml"
     if not path.exists():
         return {}
-    data = _read_yaml(path, root).get("profiles") or {}
-    return validate_named(Profile, data, _rel(path, root), "profiles")
+    data = read_yaml(path, root).get("profiles") or {}
+    return validate_named(Profile, data, rel(path, root), "profiles")
 
 
 def get(root: Path, name: str) -> Profile:
     profiles = load(root)
     if name not in profiles:
         known = ", ".join(profiles) or "none (images/mirrors.yaml is missing)"
-        raise RlboxError(f"--mirror {name}: no such profile in images/mirrors.yaml{_did_you_mean(name, profiles)}; known: {known}")
+        raise RlboxError(f"--mirror {name}: no such profile in images/mirrors.yaml{did_you_mean(name, profiles)}; known: {known}")
     return profiles[name]

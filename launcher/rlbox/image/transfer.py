@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rlbox.cluster.preflight import doctor
-from rlbox.image import matrix
 from rlbox.registry import client as registry
-from rlbox.core.errors import RlboxError
+from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.image.matrix import Hardware, Matrix, ResolvedVariant
 from rlbox.image.mirrors import Profile
 from rlbox.registry.client import Credentials, Reference
@@ -91,7 +90,7 @@ def choose_variant(m: Matrix, release: str, facts: HostFacts) -> ResolvedVariant
     """The release's variant for this host: same platform, hardware whose npu-smi chip the host
     reports (A2 and A+X share 910B and differ by platform)."""
     if release not in m.releases:
-        raise RlboxError(f"unknown release '{release}'{matrix._did_you_mean(release, m.releases)}; "
+        raise RlboxError(f"unknown release '{release}'{did_you_mean(release, m.releases)}; "
                          f"known: {', '.join(sorted(m.releases))}")
     if not facts.chip:
         raise RlboxError(f"--hardware auto: cannot tell this host's NPU: {facts.chip_problem}; name the variant "

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlbox.cluster.spec import Mount
-from rlbox.core.errors import RlboxError
+from rlbox.core.config import validate
+from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.core.paths import RESOURCES
 from rlbox.training.oneshot import OneShot
 
@@ -56,28 +57,14 @@ class _Recipes(BaseModel):
     datasets: dict[str, Dataset]
 
 
-def _first_error(err: ValidationError) -> str:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    msg = "unknown key" if first["type"] == "extra_forbidden" else first["msg"].removeprefix("Value error, ")
-    return f"{loc}: {msg}"
-
-
 def recipes() -> dict[str, Dataset]:
-    try:
-        return _Recipes.model_validate(yaml.safe_load(RECIPES.read_text(encoding="utf-8"))).datasets
-    except ValidationError as err:
-        raise RlboxError(f"{RECIPES}: {_first_error(err)}") from None
+    return validate(_Recipes, yaml.safe_load(RECIPES.read_text(encoding="utf-8")), str(RECIPES)).datasets
 
 
 def get(name: str) -> Dataset:
     known = recipes()
     if name not in known:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(known), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise RlboxError(f"unknown dataset '{name}'{hint}; known: {', '.join(known)} (rlbox data list)")
+        raise RlboxError(f"unknown dataset '{name}'{did_you_mean(name, known)}; known: {', '.join(known)} (rlbox data list)")
     return known[name]
 
 
@@ -148,10 +135,7 @@ def load_spec(path: Path) -> tuple[CustomSpec, Path]:
         raise RlboxError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise RlboxError(f"{path}: expected a mapping (input:, prompt:, answer:, ground_truth:, ...)")
-    try:
-        spec = CustomSpec.model_validate(data)
-    except ValidationError as err:
-        raise RlboxError(f"{path}: {_first_error(err)}") from None
+    spec = validate(CustomSpec, data, str(path))
     if not spec.ground_truth.field and not spec.answer:
         raise RlboxError(f"{path}: ground_truth.field: say which field the ground truth comes from (or give answer:)")
     source = Path(spec.input).expanduser()

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from rlbox.cluster.spec import Host, Mount
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError
-from rlbox.training.oneshot import OneShot, reason
+from rlbox.training.oneshot import OneShot
 
 SHARD = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
 VERL_DEFAULTS = {"trainer.project_name": "verl_examples", "trainer.experiment_name": "gsm8k",
@@ -288,12 +289,9 @@ def _holder(client, image: str, name: str, mount: Mount):
     """A created, never started container that gives the archive API a view of ``mount``."""
     from docker.types import Mount as DockerMount
 
-    from rlbox.training.oneshot import _remove_stale
-    from rlbox.cluster.plan import LABEL_MANAGED
-
-    _remove_stale(client, name)
+    engine.remove_stale(client, name)
     return client.containers.create(image, ["true"], name=name, network_mode="none",
-                                    labels={LABEL_MANAGED: "true", "io.rlbox.task": "merge"},
+                                    labels={engine.LABEL_MANAGED: "true", "io.rlbox.task": "merge"},
                                     mounts=[DockerMount(mount.target, mount.source, type="bind", read_only=mount.read_only)])
 
 
@@ -319,14 +317,11 @@ def gather(p: MergePlan, nodes, listings: list[Listing], holdings: Holdings, ech
     except RlboxError:
         raise
     except Exception as err:  # noqa: BLE001 - docker errors: one line naming the step
-        raise RlboxError(f"gathering shards onto {p.nodes[dest_i].label}: {reason(err)}") from None
+        raise RlboxError(f"gathering shards onto {p.nodes[dest_i].label}: {engine.reason(err)}") from None
     finally:
         for box in [sink, *sources.values()]:
             if box is not None:
-                try:
-                    box.remove(force=True)
-                except Exception:  # noqa: BLE001
-                    pass
+                engine.remove_quietly(box)
     return len(moves)
 
 

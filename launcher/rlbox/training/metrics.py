@@ -14,7 +14,6 @@ value of each key.
 from __future__ import annotations
 
 import csv
-import difflib
 import io
 import json
 import math
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from rlbox.core.errors import RlboxError
+from rlbox.core.errors import RlboxError, nearest
 from rlbox.core.paths import RESOURCES
 
 # The curves people watch (seed 000 §2.4, seed 001 §4.6, seed 002, seed 003).
@@ -205,7 +204,7 @@ def select(metrics: Metrics, keys: list[str]) -> list[str]:
     """``keys`` checked against the log; an unknown one is an error naming the nearest."""
     for k in keys:
         if k not in metrics.keys:
-            near = difflib.get_close_matches(k, metrics.keys, n=3, cutoff=0.5)
+            near = nearest(k, metrics.keys, n=3, cutoff=0.5)
             hint = f"; nearest: {', '.join(near)}" if near else ""
             raise RlboxError(f"metric '{k}' is not in {metrics.source}{hint} ({len(metrics.keys)} keys logged)")
     return keys
@@ -341,6 +340,6 @@ def explain(key: str | None) -> list[str]:
                 seen.add(entry.keys)
                 out += lines_for(entry)
         return out
-    near = difflib.get_close_matches(key, list(entries), n=3, cutoff=0.5)
+    near = nearest(key, entries, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise RlboxError(f"unknown metric '{key}'{hint} (`rlbox metrics --explain` lists all)")

@@ -9,11 +9,11 @@ user input (the command is an argv list; scripts travel as ``python3 -c SOURCE A
 from __future__ import annotations
 
 import shlex
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlbox.cluster.spec import Mount
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.plan import LABEL_MANAGED
 
@@ -85,13 +85,6 @@ class Result:
         return lines[-1].strip() if lines else "no output"
 
 
-def reason(err: Exception) -> str:
-    text = getattr(err, "explanation", None) or str(err)
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    return " ".join(str(text).split())[:300]
-
-
 def ensure_image(client, image: str, where: str) -> None:
     from docker.errors import ImageNotFound
 
@@ -105,61 +98,33 @@ def run(client, job: OneShot, *, where: str = "local", emit: Callable[[str], Non
     """Run ``job`` on the engine ``client`` reaches; stream its output to ``emit`` line by line.
     The container is removed on every path out of here."""
     ensure_image(client, job.image, where)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
     box = None
     chunks: list[str] = []
     try:
-        try:
-            _remove_stale(client, job.name)
-            box = client.containers.create(**job.docker_py())
-            box.start()
-        except RlboxError:
-            raise
-        except Exception as err:  # noqa: BLE001 - docker.errors.APIError and friends
-            raise RlboxError(f"{where}: cannot start {job.name}: {reason(err)}") from None
-        pending = ""
-        for raw in box.logs(stream=True, follow=True):
-            text = raw.decode(errors="replace")
-            chunks.append(text)
-            if emit:
-                pending += text
-                *lines, pending = pending.split("\n")
-                for line in lines:
-                    emit(line)
-        if emit and pending:
-            emit(pending)
-        status = box.wait()
-        return Result(int(status.get("StatusCode", 1)), "".join(chunks))
+        with engine.sigterm_as_interrupt():
+            try:
+                engine.remove_stale(client, job.name)
+                box = client.containers.create(**job.docker_py())
+                box.start()
+            except RlboxError:
+                raise
+            except Exception as err:  # noqa: BLE001 - docker.errors.APIError and friends
+                raise RlboxError(f"{where}: cannot start {job.name}: {engine.reason(err)}") from None
+            pending = ""
+            for raw in box.logs(stream=True, follow=True):
+                text = raw.decode(errors="replace")
+                chunks.append(text)
+                if emit:
+                    pending += text
+                    *lines, pending = pending.split("\n")
+                    for line in lines:
+                        emit(line)
+            if emit and pending:
+                emit(pending)
+            status = box.wait()
+            return Result(int(status.get("StatusCode", 1)), "".join(chunks))
     except KeyboardInterrupt:
         raise RlboxError(f"interrupted; container {job.name} removed", exit_code=130) from None
     finally:
         if box is not None:
-            try:
-                box.remove(force=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _remove_stale(client, name: str) -> None:
-    """A container of this name left by an earlier, killed rlbox (only ours: by label)."""
-    from docker.errors import NotFound
-
-    try:
-        old = client.containers.get(name)
-    except NotFound:
-        return
-    if old.labels.get(LABEL_MANAGED) != "true":
-        raise RlboxError(f"a container named {name} exists and is not rlbox's; remove or rename it")
-    old.remove(force=True)
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+            engine.remove_quietly(box)

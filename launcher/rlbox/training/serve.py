@@ -23,6 +23,7 @@ from pathlib import Path
 import requests
 
 from rlbox.cluster.spec import Host, Mount
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.plan import (BASE_ENV, CONTROL_DEVICES, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, LABEL_MANAGED, NOFILE, NPROC,
                    NPU_SMI, ContainerSpec)
@@ -167,7 +168,7 @@ def _answers(url: str) -> str | None:
 def start(p: ServePlan, node, *, timeout: float, echo: Callable[[str], None], state_path: Path, hardware: str,
           driver: str) -> str:
     """Start the server and wait until it answers; on any failure remove its container."""
-    from rlbox.training.oneshot import ensure_image, reason
+    from rlbox.training.oneshot import ensure_image
     from rlbox.cluster.sim import write_stand_ins
 
     client = node.client
@@ -178,46 +179,37 @@ def start(p: ServePlan, node, *, timeout: float, echo: Callable[[str], None], st
                          f"stop it with `rlbox serve --stop --name {p.name}` or pick another --name")
     if p.sim_files:
         write_stand_ins(Path(p.sim_files), hardware, p.npus, driver)
-    import signal
-
-    from rlbox.training.oneshot import _main_thread, _raise_interrupt
-
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
     box = None
     done = False
     try:
-        try:
-            box = client.containers.create(**p.container.docker_py())
-            box.start()
-        except Exception as err:  # noqa: BLE001 - docker.errors.APIError and friends
-            raise RlboxError(f"{p.host.name}: cannot start {p.container.name}: {reason(err)}") from None
-        url = p.url if (p.sim or p.host.local) else node.forward("127.0.0.1", p.port)
-        echo(f"{p.container.name} started on {p.host.name}; waiting for {p.url}/health and /v1/models (up to {timeout:.0f} s)")
-        deadline = time.monotonic() + timeout
-        missing = None
-        while time.monotonic() < deadline:
-            box.reload()
-            if box.status in ("exited", "dead"):
-                raise RlboxError(f"server container {p.container.name} exited ({box.attrs['State'].get('ExitCode')}) "
-                                 f"before answering: {_last_line(box)}")
-            missing = _answers(url)
-            if missing is None:
-                state_path.parent.mkdir(parents=True, exist_ok=True)
-                state_path.write_text(json.dumps(p.as_dict() | {"started": time.time()}, indent=2))
-                done = True
-                return f"{p.url}/v1"
-            time.sleep(0.5)
-        raise RlboxError(f"server container {p.container.name} not healthy after {timeout:.0f} s ({missing}): {_last_line(box)}")
+        with engine.sigterm_as_interrupt():
+            try:
+                box = client.containers.create(**p.container.docker_py())
+                box.start()
+            except Exception as err:  # noqa: BLE001 - docker.errors.APIError and friends
+                raise RlboxError(f"{p.host.name}: cannot start {p.container.name}: {engine.reason(err)}") from None
+            url = p.url if (p.sim or p.host.local) else node.forward("127.0.0.1", p.port)
+            echo(f"{p.container.name} started on {p.host.name}; waiting for {p.url}/health and /v1/models (up to {timeout:.0f} s)")
+            deadline = time.monotonic() + timeout
+            missing = None
+            while time.monotonic() < deadline:
+                box.reload()
+                if box.status in ("exited", "dead"):
+                    raise RlboxError(f"server container {p.container.name} exited ({box.attrs['State'].get('ExitCode')}) "
+                                     f"before answering: {_last_line(box)}")
+                missing = _answers(url)
+                if missing is None:
+                    state_path.parent.mkdir(parents=True, exist_ok=True)
+                    state_path.write_text(json.dumps(p.as_dict() | {"started": time.time()}, indent=2))
+                    done = True
+                    return f"{p.url}/v1"
+                time.sleep(0.5)
+            raise RlboxError(f"server container {p.container.name} not healthy after {timeout:.0f} s ({missing}): {_last_line(box)}")
     except KeyboardInterrupt:
         raise RlboxError(f"interrupted; {p.container.name} removed", exit_code=130) from None
     finally:
         if box is not None and not done:
-            try:
-                box.remove(force=True)
-            except Exception:  # noqa: BLE001
-                pass
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            engine.remove_quietly(box)
 
 
 def _last_line(box) -> str:
@@ -231,10 +223,7 @@ def _last_line(box) -> str:
 def stop(client, name: str) -> int:
     boxes = client.containers.list(all=True, filters={"label": f"{LABEL_SERVE}={name}"})
     for box in boxes:
-        try:
-            box.remove(force=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+        engine.remove_quietly(box)
     return len(boxes)
 
 

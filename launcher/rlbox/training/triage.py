@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlbox.core.config import validate
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import RESOURCES
 
@@ -75,12 +76,10 @@ class Signature(BaseModel):
 def load_signatures(path: Path = SIGNATURES) -> list[Signature]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        sigs = [Signature.model_validate(item) for item in data["signatures"]]
+        items = list(data["signatures"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
         raise RlboxError(f"{path}: cannot read the signatures ({type(err).__name__})") from None
-    except ValidationError as err:
-        first = err.errors()[0]
-        raise RlboxError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    sigs = [validate(Signature, item, f"{path}: signatures.{i}") for i, item in enumerate(items)]
     ids = [s.id for s in sigs]
     for s in sigs:
         if ids.count(s.id) > 1:

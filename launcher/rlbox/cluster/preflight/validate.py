@@ -9,7 +9,6 @@ rule; a typo'd key gets the nearest real key.
 
 from __future__ import annotations
 
-import difflib
 import io
 import os
 import re
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlbox.core.errors import RlboxError
+from rlbox.core.errors import RlboxError, nearest
 
 CACHE = Path(os.environ.get("RLBOX_CACHE", Path.home() / ".cache" / "rlbox"))
 _HYDRA_MAIN = re.compile(r"@hydra\.main\(\s*config_path\s*=\s*[\"']([^\"']+)[\"']\s*,\s*config_name\s*=\s*[\"']([^\"']+)[\"']")
@@ -237,11 +236,11 @@ def _parse_overrides(overrides: list[str]):
 
 
 def _suggest(key: str, known: dict[str, Any]) -> str:
-    close = difflib.get_close_matches(key, known.keys(), n=1, cutoff=0.75)
+    close = nearest(key, known, 1, cutoff=0.75)
     if not close:
         head, _, tail = key.rpartition(".")
         siblings = [k for k in known if k.rpartition(".")[0] == head]
-        close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.5)
+        close = nearest(key, siblings, 1, cutoff=0.5)
     return f"; did you mean {close[0]}?" if close else ""
 
 

@@ -1,0 +1,76 @@
+"""The container engine: one way to reach the local Docker engine, one way to say what it
+refused, and the lifecycle rules every container rlbox starts follows (SIGTERM is Ctrl-C;
+removal is best effort, never an error of its own)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+from rlbox.core.errors import RlboxError
+
+LABEL_MANAGED = "io.rlbox.managed"  # every container rlbox starts carries it: "true"
+
+
+def local_client(where: str | None = None):
+    """A docker-py client of this machine's engine (DOCKER_HOST honoured), checked with a ping."""
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except DockerException as err:
+        prefix = f"{where}: " if where else ""
+        raise RlboxError(f"{prefix}Docker engine not reachable ({str(err).splitlines()[0][:160]}): "
+                         "start dockerd or set DOCKER_HOST") from None
+    return client
+
+
+def reason(err: Exception) -> str:
+    """What the engine said, as one short line (docker.errors.APIError's explanation, or the text)."""
+    text = getattr(err, "explanation", None) or str(err)
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return " ".join(str(text).split())[:300]
+
+
+def remove_quietly(box) -> None:
+    """Remove a container, running or not; one already gone is not an error."""
+    try:
+        box.remove(force=True)
+    except Exception:  # noqa: BLE001 - already gone, or its engine is: nothing left to do here
+        pass
+
+
+def remove_stale(client, name: str) -> None:
+    """A container of this name left by an earlier, killed rlbox (only ours: by label)."""
+    from docker.errors import NotFound
+
+    try:
+        old = client.containers.get(name)
+    except NotFound:
+        return
+    if old.labels.get(LABEL_MANAGED) != "true":
+        raise RlboxError(f"a container named {name} exists and is not rlbox's; remove or rename it")
+    old.remove(force=True)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so one cleanup path
+    serves both (only in the main thread, where Python delivers signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
