@@ -27,6 +27,7 @@ from rlbox.image import mirrors as mirrors_mod
 from rlbox.image import sources as sources_mod
 from rlbox.cluster import recipes as recipes_mod
 from rlbox.cluster.preflight import validate as validate_mod
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.core.paths import find_root
 
@@ -444,7 +445,7 @@ def push_cmd(ref, registry_host, extra_tags, immutable_tag, no_immutable_tag, mi
     """
     from rlbox.image import transfer
 
-    client = provenance.docker_client()
+    client = engine.local_client()
     m = _matrix_if_any()
     plan = transfer.plan_push(m, ref, client, registry_host=registry_host, extra_tags=extra_tags,
                               immutable=immutable_tag, no_immutable=no_immutable_tag, mirror=_profile(m, mirror))
@@ -487,7 +488,7 @@ def pull_cmd(ref, hardware, release, registry_host, force, mirror, insecure):
     warnings = transfer.precheck(m, target, facts, force)
     for w in warnings:
         _note(f"warning: {w}")
-    client = provenance.docker_client()
+    client = engine.local_client()
     pulled = transfer.pull(target, client, facts=facts, hardware=m.hardware if m else {}, insecure=insecure,
                            force=force, echo=_note)
     for w in pulled.warnings:
@@ -637,7 +638,7 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
         if not ref:
             raise RlboxError("validate: say which verl: --image, --verl-version or --verl-config")
         target, _ = m.image_for(ref)
-        tree = validate_mod.from_image(provenance.docker_client(), target)
+        tree = validate_mod.from_image(engine.local_client(), target)
     launch.report(validate_mod.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node), tree,
                   warn=lambda line: err.print(f"rlbox: {line}", markup=False))
     click.echo(f"valid: {plan.job.argv[2] if len(plan.job.argv) > 2 else ''} with {len(validate_mod.hydra_overrides(list(plan.job.argv)))} overrides "
@@ -1003,7 +1004,7 @@ def data_prepare(name, image, out_dir, endpoint, spec, overwrite, dry_run):
     if dry_run:
         click.echo(p.describe(), nl=False)
         return
-    said = data_mod.execute(p, provenance.docker_client(), lambda line: click.echo(line))
+    said = data_mod.execute(p, engine.local_client(), lambda line: click.echo(line))
     wrote = sum(1 for s in said if s.startswith(("wrote", "downloaded")))
     skipped = sum(1 for s in said if s.startswith("skip"))
     _note(f"{name}: {wrote} file(s) written, {skipped} skipped, in {p.out}")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlbox.cluster.spec import Host
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -137,12 +138,7 @@ def connect(host: Host) -> Node:
     from docker.errors import DockerException
 
     if host.local:
-        try:
-            client = docker.from_env()
-            client.ping()
-        except DockerException as err:
-            raise RlboxError(f"{host.name}: Docker engine not reachable ({str(err).splitlines()[0][:120]}); start dockerd") from None
-        return Node(host, client)
+        return Node(host, engine.local_client(host.name))
     workdir = tempfile.TemporaryDirectory(prefix="rlbox-ssh-")
     sock = str(Path(workdir.name) / "docker.sock")
     tunnel = _open_tunnel(host, f"{sock}:{DOCKER_SOCKET}", lambda: os.path.exists(sock) and _accepts(sock), sock, workdir)

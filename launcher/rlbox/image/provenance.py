@@ -7,26 +7,11 @@ import json
 import tarfile
 from typing import Any
 
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
 MANIFEST_PATH = "/etc/rlbox/image.json"
 SBOM_PATH = "/etc/rlbox/sbom.json"
-
-
-def docker_client():
-    import docker
-    from docker.errors import DockerException
-
-    try:
-        client = docker.from_env()
-        client.ping()
-    except DockerException as err:
-        raise RlboxError(f"Docker engine not reachable ({_short(err)}): start dockerd or set DOCKER_HOST") from None
-    return client
-
-
-def _short(err: Exception) -> str:
-    return str(err).splitlines()[0][:160]
 
 
 def read_files(client, image: str, paths: list[str]) -> dict[str, bytes | None]:
@@ -63,7 +48,7 @@ def _json(image: str, path: str, raw: bytes | None):
 def inspect(image: str, client=None) -> dict[str, Any]:
     from docker.errors import ImageNotFound
 
-    client = client or docker_client()
+    client = client or engine.local_client()
     try:
         img = client.images.get(image)
     except ImageNotFound:
