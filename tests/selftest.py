@@ -192,9 +192,7 @@ def make_tree(dest: Path, git_url: str, commit: str, patches: dict[str, str], ca
 
     ``edit`` may change the manifest (a dict) before it is written, locked and rendered.
     """
-    from rlbox.image import lockfile as lock
-    from rlbox.image import matrix
-    from rlbox.image import render
+    from rlbox.image import lockfile, matrix, render, resolve
 
     base_tree(dest)
     (dest / "patches" / "fixture").mkdir(parents=True)
@@ -204,10 +202,10 @@ def make_tree(dest: Path, git_url: str, commit: str, patches: dict[str, str], ca
     if edit is not None:
         edit(data)
     (dest / "images" / "selftest.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    entries = {v.name: lock.resolve(v, ca_bundle=ca_bundle).entry for v in matrix.load(dest).variants}
-    lock_file = lock.path_for(dest, "selftest")
+    entries = {v.name: resolve.resolve(v, ca_bundle=ca_bundle).entry for v in matrix.load(dest).variants}
+    lock_file = lockfile.path_for(dest, "selftest")
     lock_file.parent.mkdir(parents=True)
-    lock_file.write_text(lock.document("selftest", entries))
+    lock_file.write_text(lockfile.document("selftest", entries))
     render.write(matrix.load(dest))
     return dest
 

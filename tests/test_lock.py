@@ -12,6 +12,7 @@ import yaml
 import selftest
 from conftest import REPO, rlbox
 from rlbox.image import lockfile as lock
+from rlbox.image import resolve
 from rlbox.image import matrix
 from rlbox.image import render
 from rlbox.core.errors import RlboxError
@@ -112,8 +113,8 @@ def test_pip_markers_are_evaluated_for_the_target(tmp_path):
     (tmp_path / "images" / "rlbox_sim.yaml").write_text(yaml.safe_dump(release))
     m = matrix.load(tmp_path)
     ca = "/etc/ssl/certs/ca-certificates.crt"
-    arm = lock.resolve_pip(m.get("rlbox_sim:arm64"), ca_bundle=ca)["packages"]
-    x86 = lock.resolve_pip(m.get("rlbox_sim:amd64"), ca_bundle=ca)["packages"]
+    arm = resolve.resolve_pip(m.get("rlbox_sim:arm64"), ca_bundle=ca)["packages"]
+    x86 = resolve.resolve_pip(m.get("rlbox_sim:amd64"), ca_bundle=ca)["packages"]
     assert arm["torch"]["version"] == x86["torch"]["version"] == "2.7.1"
     assert not [p for p in arm if p.startswith("nvidia-")]
     assert "nvidia-cublas-cu12" in x86
@@ -145,14 +146,14 @@ def _variant_with(tmp_path, fixture_repo, **component):
 def test_tag_resolves_to_its_commit(tmp_path, fixture_repo):
     v, c = _variant_with(tmp_path, fixture_repo, ref="v1.0.0")
     assert v.unresolved == ["fixture"]
-    assert lock.resolve_commit(v, c.name, c.spec) == fixture_repo.commit
+    assert resolve.resolve_commit(v, c.name, c.spec) == fixture_repo.commit
     v, c = _variant_with(tmp_path, fixture_repo, ref="v1.0.0", commit=fixture_repo.commit[:8])
-    assert lock.resolve_commit(v, c.name, c.spec) == fixture_repo.commit
+    assert resolve.resolve_commit(v, c.name, c.spec) == fixture_repo.commit
 
 
 def test_short_sha_without_ref_resolves(tmp_path, fixture_repo):
     v, c = _variant_with(tmp_path, fixture_repo, commit=fixture_repo.commit[:9])
-    assert lock.resolve_commit(v, c.name, c.spec) == fixture_repo.commit
+    assert resolve.resolve_commit(v, c.name, c.spec) == fixture_repo.commit
 
 
 @pytest.mark.parametrize("component,expected", [
@@ -163,7 +164,7 @@ def test_short_sha_without_ref_resolves(tmp_path, fixture_repo):
 def test_bad_git_pins_are_one_line(tmp_path, fixture_repo, component, expected):
     v, c = _variant_with(tmp_path, fixture_repo, **component)
     with pytest.raises(RlboxError) as err:
-        lock.resolve_commit(v, c.name, c.spec)
+        resolve.resolve_commit(v, c.name, c.spec)
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
@@ -171,7 +172,7 @@ def test_unreachable_source_is_one_line(tmp_path, fixture_repo):
     v, c = _variant_with(tmp_path, fixture_repo, ref="v1.0.0")
     spec = c.spec.model_copy(update={"git": "git://127.0.0.1:9/nothing.git"})
     with pytest.raises(RlboxError) as err:
-        lock.resolve_commit(v, c.name, spec)
+        resolve.resolve_commit(v, c.name, spec)
     assert "cannot reach git://127.0.0.1:9/nothing.git" in str(err.value)
 
 

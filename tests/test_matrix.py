@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from conftest import REPO, rlbox
-from rlbox.image import matrix
+from rlbox.image import matrix, schema
 from rlbox.core.errors import RlboxError
 
 
@@ -36,7 +36,7 @@ def test_flagship_pins_exactly_as_the_image_guide(m):
         assert pins["vllm"].env["VLLM_TARGET_DEVICE"] == "empty"
         assert v.image == f"swr.cn-south-1.myhuaweicloud.com/ascendhub/verl_pt27_25rc3:{variant}"
         assert [p.ref for p in v.patches] == ["verl/0001-import-verl-npu-plugin.patch"]
-        assert list(pins) == [n for n in matrix.INSTALL_ORDER if n in pins]
+        assert list(pins) == [n for n in schema.INSTALL_ORDER if n in pins]
 
 
 def test_variants_name_base_platform_chip_and_soc(m):

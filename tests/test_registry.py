@@ -29,7 +29,8 @@ import yaml
 from conftest import REPO, rlbox
 from rlbox.cluster import sim
 from rlbox.core.errors import RlboxError
-from rlbox.registry.client import Credentials, Registry
+from rlbox.registry.auth import Credentials
+from rlbox.registry.client import Registry
 
 pytestmark = pytest.mark.engine
 

@@ -19,7 +19,9 @@ from rlbox.image import matrix
 from rlbox.cluster import sim
 from rlbox.image import transfer
 from rlbox.core.errors import RlboxError
-from rlbox.registry.client import Credentials, Reference, Registry, credentials_for, parse_www_authenticate, scrub
+from rlbox.registry.auth import Credentials, credentials_for, parse_www_authenticate, scrub
+from rlbox.registry.client import Registry
+from rlbox.registry.reference import Reference
 from rlbox.image.transfer import HostFacts
 
 SHA = "0123456789abcdef0123456789abcdef01234567"

@@ -7,7 +7,6 @@ the simulation network, so nothing is left half-started.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.hosts import Node, connect_all, on_every
 from rlbox.cluster.plan import LABEL_RUN, NodePlan, RunPlan
+from rlbox.cluster.state import STATE_FILE, Phase, RunState
 
 Echo = Callable[[str], None]
 
@@ -183,14 +183,6 @@ class Outcome:
     log_path: Path | None
 
 
-def write_state(path: Path, plan: RunPlan, **extra) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = plan.as_dict() | extra
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
-
-
 def execute(
     plan: RunPlan,
     *,
@@ -206,7 +198,8 @@ def execute(
     on_failure: Callable[[list[Node], Path], None] | None = None,
 ) -> Outcome:
     """Carry out the plan. Tears everything down on failure, Ctrl-C, SIGTERM, or at the end."""
-    state = run_dir / "state.json"
+    state_file = run_dir / STATE_FILE
+    record = RunState(plan.as_dict(), Phase.STARTING)
     log_path = run_dir / f"{plan.run_id}.log"
     started = time.monotonic()
     nodes = connect_all(tuple(n.host for n in plan.nodes))
@@ -223,20 +216,22 @@ def execute(
                 before(nodes)
             cluster.clear()  # only now: a failed check leaves a --replace'd run alone
             cleanup = True
-            write_state(state, plan, phase="starting")
+            record.save(state_file)
             cluster.start()
             cluster.connect_dashboard()
             cluster.wait_ready(timeout)
             ready = time.monotonic() - started
             echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
-            write_state(state, plan, phase="ready", ready_seconds=round(ready, 2), log=str(log_path))
+            record = record.advance(Phase.READY, ready_seconds=round(ready, 2), log=str(log_path))
+            record.save(state_file)
             if bring_up_only or plan.job is None:
                 cleanup = not keep
                 return Outcome(0, "READY", ready, None)
             client = jobs.JobsClient(cluster.dashboard)
             submission = client.submit(plan.job)
             echo(f"job {submission} submitted; log: {log_path}")
-            write_state(state, plan, phase="running", submission_id=submission, ready_seconds=round(ready, 2), log=str(log_path))
+            record = record.advance(Phase.RUNNING, submission_id=submission)
+            record.save(state_file)
             if detach:
                 cleanup = False
                 return Outcome(0, "RUNNING", ready, log_path)
@@ -255,7 +250,8 @@ def execute(
             code = jobs.exit_code(info)
             status = info.get("status", "UNKNOWN")
             echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))
-            write_state(state, plan, phase="finished", submission_id=submission, status=status, exit_code=code, log=str(log_path))
+            record = record.advance(Phase.FINISHED, status=status, exit_code=code)
+            record.save(state_file)
             if status == "FAILED" and on_failure is not None:  # while the containers still exist
                 guarded(on_failure, nodes, log_path, echo=echo)
             cleanup = not keep
@@ -271,8 +267,8 @@ def execute(
     finally:
         if cleanup:
             cluster.teardown()
-            if state.exists():
-                write_state(state, plan, **(json.loads(state.read_text()) | {"phase": "removed"}))
+            if state_file.exists():
+                record.advance(Phase.REMOVED).save(state_file)
         else:
             for node in nodes:
                 node.close()

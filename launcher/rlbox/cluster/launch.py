@@ -18,10 +18,10 @@ from rlbox.cluster import jobs
 from rlbox.image import matrix
 from rlbox.cluster import recipes
 from rlbox.cluster import sim
-from rlbox.cluster.preflight import validate
+from rlbox.core.config import parse_pairs
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import find_root
-from rlbox.cluster.plan import NOFILE, JobPlan, Profile, RunPlan, plan_run
+from rlbox.cluster.plan import NOFILE, SIM_DRIVER, JobPlan, Profile, RunPlan, plan_run
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
 
@@ -50,16 +50,6 @@ class RunRequest:
     cpus: int | None = None
     nofile: int | None = None
     dry_run: bool = False
-
-
-def _pairs(items: list[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise RlboxError(f"{flag} {item!r}: expected KEY=VALUE")
-        out[key] = value
-    return out
 
 
 def host_arch_variant() -> str:
@@ -149,20 +139,20 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
         network = sim.network_for(req.name)
     npus = min(devices.values())
     driver_min = _driver_for(m, image)
-    sim_driver = req.sim_driver or driver_min or "25.3.rc1"
-    env = tuple(_pairs(req.env, "--env").items())
+    sim_driver = req.sim_driver or driver_min or SIM_DRIVER
+    env = tuple(parse_pairs(req.env, "--env").items())
     job: JobPlan | None = None
     if req.smoke_test:
         job = jobs.smoke_job(run=req.name, run_id=run_id)
     elif recipe:
-        argv, job_env = recipe.resolve(_pairs(req.params, "--param"), list(req.sets))
+        argv, job_env = recipe.resolve(parse_pairs(req.params, "--param"), list(req.sets))
         job = jobs.plan_job(argv, nodes=spec.nodes, npus_per_node=npus, run=req.name, run_id=run_id,
                             working_dir=recipe.working_dir, env=job_env, description=f"recipe {recipe.name}")
     elif req.command:
         job = jobs.plan_job(list(req.command), nodes=spec.nodes, npus_per_node=npus, run=req.name, run_id=run_id)
     plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
                     sim_files=sim_files, network=network, privileged=req.privileged, job=job,
-                    extra_env=env, cpus=req.cpus, nofile={h.name: _nofile(h, req.nofile) for h in spec.hosts},
+                    extra_env=env, cpus=req.cpus, nofile={h.name: nofile_for(h, req.nofile) for h in spec.hosts},
                     sim_driver=sim_driver, driver_min=driver_min or (sim_driver if req.sim else None),
                     driver_max=_driver_for(m, image, "max"))
     if req.sim and hardware not in sim.CHIPS:
@@ -170,7 +160,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     return plan, run_dir
 
 
-def _nofile(host: cluster.Host, asked: int | None) -> int:
+def nofile_for(host: cluster.Host, asked: int | None) -> int:
     """The open-files limit for a node: asked, else 65536, held under this machine's hard limit
     for nodes on the local engine (a container cannot exceed the engine's own limit)."""
     if asked is not None:
@@ -193,55 +183,19 @@ def _driver_for(m: matrix.Matrix, image: str, bound: str = "min") -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------
-# What must pass on the connected nodes before anything starts.
-
-def verl_tree(verl_version, verl_config, client, image, echo=None):
-    """Where the verl config comes from: an explicit folder or version, else the image's verl
-    (None, with a notice, when the image has none, as the simulation image)."""
-    if verl_config:
-        return validate.from_folder(verl_config)
-    if verl_version:
-        return validate.from_wheel(verl_version)
-    try:
-        return validate.from_image(client, image)
-    except RlboxError as err:
-        if "has no verl" in str(err) and echo:
-            echo(f"not validated: {err}")
-            return None
-        raise
-
-
-def report(problems, tree, warn) -> None:
-    """All but the last problem as warnings, the last as the error (one line each)."""
-    if problems:
-        for p in problems[:-1]:
-            warn(f"invalid: {p}")
-        raise RlboxError(f"invalid: {problems[-1]}  ({len(problems)} problem(s) against {tree.origin}; nothing was started)")
-
-
-def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, run_validate=True, run_doctor=True,
-                        replace=False, echo=print, warn=print):
-    """The hook `run.execute` calls once the nodes are connected: the verl job's validation,
-    then `rlbox doctor`'s checks; either stops the run before any container starts."""
-    from rlbox.cluster.preflight import doctor as doctor_mod
-
-    verl_job = plan.job is not None and jobs.is_verl(list(plan.job.argv)) and run_validate
-
-    def before(nodes):
-        if verl_job:
-            tree = verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
-            if tree is not None:
-                report(validate.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node), tree, warn)
-                echo(f"job overrides valid against {tree.origin}")
-        if run_doctor:
-            checks, took = doctor_mod.run_checks(plan, nodes, replace)
-            bad = [c for c in checks if not c.ok]
-            for c in bad[:-1]:
-                warn(f"✗ {c.line()}")
-            if bad:
-                raise RlboxError(f"pre-flight: {bad[-1].line()}  ({len(bad)} failed check(s); nothing was started; "
-                                 "`rlbox doctor` shows all, --no-doctor skips)")
-            echo(f"pre-flight: {len(checks)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
-
-    return before
+def plan_for_validation(*, hosts: str | None, cluster_file: Path | None, nodes: int | None, devices: int | None,
+                        hardware: str | None, recipe: str | None, params: list[str], sets: list[str],
+                        command: list[str]) -> tuple[RunPlan, recipes.Recipe | None]:
+    """`rlbox validate`: only the cluster's shape matters, so it is planned as a simulation of
+    that many nodes (nothing is read from any host)."""
+    rec = recipes.load(recipe) if recipe else None
+    if hosts or cluster_file:
+        spec = cluster.from_hosts(hosts) if hosts else cluster.from_file(cluster_file)
+        cluster.agree(spec, nodes)
+        nodes = spec.nodes
+    req = RunRequest(nodes=nodes or (rec.nodes if rec else 1), sim=True,
+                     hardware=hardware if hardware not in (None, "auto") else (rec.hardware if rec else None),
+                     devices=devices, recipe=recipe, params=list(params), sets=list(sets), command=list(command),
+                     dry_run=True)
+    plan, _ = prepare(req)
+    return plan, rec

@@ -20,6 +20,7 @@ from rlbox.cluster.spec import ClusterSpec, Host, Mount
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
+SIM_DRIVER = "25.3.rc1"  # the driver simulated hosts report when no image names its minimum
 LABEL_RUN = "io.rlbox.run"
 LABEL_RUN_ID = "io.rlbox.run-id"
 LABEL_NODE = "io.rlbox.node"
@@ -270,7 +271,7 @@ class RunPlan:
     network: SimNetwork | None = None
     job: JobPlan | None = None
     sim_files: str | None = None
-    sim_driver: str = "25.3.rc1"
+    sim_driver: str = SIM_DRIVER
     notes: tuple[str, ...] = field(default_factory=tuple)
     driver_min: str | None = None  # what the image's CANN needs from the host (doctor)
     driver_max: str | None = None
@@ -456,7 +457,7 @@ def plan_run(
     extra_env: tuple[tuple[str, str], ...] = (),
     cpus: int | None = None,
     nofile: dict[str, int] | None = None,
-    sim_driver: str = "25.3.rc1",
+    sim_driver: str = SIM_DRIVER,
     driver_min: str | None = None,
     driver_max: str | None = None,
 ) -> RunPlan:

@@ -1,13 +1,113 @@
-"""Where a run's files are: ``runs/NAME/state.json`` (written by run.py) and one job log per
-job, ``runs/NAME/<run-id>.log`` (the run id is the suffix of the job's submission id
-``rlbox-NAME-<run-id>``)."""
+"""A run's record on disk: ``runs/NAME/state.json`` (a typed RunState, written atomically here
+and nowhere else) and one job log per job, ``runs/NAME/<run-id>.log`` (the run id is the suffix
+of the job's submission id ``rlbox-NAME-<run-id>``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
+from rlbox.cluster.spec import Host
 from rlbox.core.errors import RlboxError
+
+STATE_FILE = "state.json"
+
+
+class Phase(str, Enum):
+    """Where a run is: each phase is written before the step it names starts."""
+
+    STARTING = "starting"  # containers being started
+    READY = "ready"  # every NPU joined Ray
+    RUNNING = "running"  # the job was submitted
+    FINISHED = "finished"  # the job ended (status, exit_code)
+    REMOVED = "removed"  # the run's containers were removed
+
+
+# What the run adds to its plan (RunPlan.as_dict()); everything else in state.json is the plan.
+_OWN = ("phase", "ready_seconds", "log", "submission_id", "status", "exit_code")
+
+
+@dataclass(frozen=True)
+class RunState:
+    plan: dict[str, Any]
+    phase: Phase
+    ready_seconds: float | None = None
+    log: str | None = None
+    submission_id: str | None = None
+    status: str | None = None
+    exit_code: int | None = None
+
+    # -- what readers need of the plan ------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.plan.get("run", "")
+
+    @property
+    def run_id(self) -> str:
+        return self.plan.get("run_id", "")
+
+    @property
+    def image(self) -> str:
+        return self.plan.get("image", "")
+
+    @property
+    def nodes(self) -> list[dict[str, Any]]:
+        return list(self.plan.get("nodes") or [])
+
+    @property
+    def network_name(self) -> str | None:
+        return (self.plan.get("network") or {}).get("name")
+
+    @property
+    def job_env(self) -> dict[str, str]:
+        return ((self.plan.get("job") or {}).get("runtime_env") or {}).get("env_vars") or {}
+
+    def hosts(self) -> tuple[Host, ...]:
+        """The hosts of the run's nodes, as the plan reached them."""
+        return tuple(Host(name=n["host"], ssh_user=n.get("ssh_user"), ssh_port=n.get("ssh_port"),
+                          identity_file=n.get("identity_file"), known_hosts=n.get("known_hosts"),
+                          transport=n.get("transport", "auto")) for n in self.nodes)
+
+    def dashboard(self, head_node) -> str:
+        """The Ray dashboard's URL from here: the published port of a simulation, else a tunnel."""
+        port = self.plan["ports"]["dashboard"]
+        if self.plan.get("sim"):
+            return f"http://127.0.0.1:{port}"
+        return head_node.forward(self.plan["head"], port)
+
+    def job_log(self) -> Path | None:
+        return Path(self.log) if self.log and Path(self.log).is_file() else None
+
+    # -- change and persistence ---------------------------------------------------------------
+    def advance(self, phase: Phase, **changes) -> "RunState":
+        return dataclasses.replace(self, phase=phase, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        own = {k: getattr(self, k) for k in _OWN if getattr(self, k) is not None}
+        own["phase"] = self.phase.value
+        return self.plan | own
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> "RunState":
+        try:
+            phase = Phase(data.get("phase"))
+        except ValueError:
+            raise RlboxError(f"{where}: phase {data.get('phase')!r} is not one of "
+                             f"{', '.join(p.value for p in Phase)}") from None
+        plan = {k: v for k, v in data.items() if k not in _OWN}
+        return cls(plan, phase, data.get("ready_seconds"), data.get("log"), data.get("submission_id"),
+                   data.get("status"), data.get("exit_code"))
+
+    def save(self, path: Path) -> None:
+        """Write atomically: a reader sees the old record or the new one, never half of one."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.as_dict(), indent=2))
+        tmp.replace(path)
 
 
 def run_dir(runs_dir: Path, name: str) -> Path:
@@ -17,14 +117,22 @@ def run_dir(runs_dir: Path, name: str) -> Path:
     return path
 
 
-def state(runs_dir: Path, name: str) -> dict:
-    path = run_dir(runs_dir, name) / "state.json"
+def state_path(runs_dir: Path, name: str) -> Path:
+    return runs_dir / name / STATE_FILE
+
+
+def load(runs_dir: Path, name: str) -> RunState:
+    """The record of run ``name``; one line naming what is missing or broken."""
+    path = run_dir(runs_dir, name) / STATE_FILE
     if not path.is_file():
-        raise RlboxError(f"run '{name}' has no state.json under {path.parent}")
+        raise RlboxError(f"run '{name}' has no {STATE_FILE} under {path.parent}")
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except ValueError:
         raise RlboxError(f"{path}: not valid JSON") from None
+    if not isinstance(data, dict):
+        raise RlboxError(f"{path}: not a run record (expected a JSON object)")
+    return RunState.from_dict(data, str(path))
 
 
 def job_logs(folder: Path) -> list[Path]:
@@ -46,11 +154,11 @@ def job_log(runs_dir: Path, run: str, job: str | None = None) -> Path:
                 return folder / f"{candidate}.log"
         have = ", ".join(p.stem for p in logs) or "none"
         raise RlboxError(f"run '{run}' has no job '{job}' under {folder} (jobs: {have})")
-    path = folder / "state.json"
+    path = folder / STATE_FILE
     if path.is_file():
         try:
             log = json.loads(path.read_text()).get("log")
-        except ValueError:
+        except (ValueError, AttributeError):
             log = None
         if log and Path(log).is_file():
             return Path(log)

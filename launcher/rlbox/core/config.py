@@ -117,3 +117,14 @@ def validate_named(model: type[BaseModel], entries: dict[str, Any], where: str, 
         except ValidationError as err:
             raise RlboxError(error_line(err, where, model).replace(": ", f": {key}.{name}.", 1)) from None
     return out
+
+
+def parse_pairs(items: list[str], flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` items of a repeated command-line option, in order; one line for a bad one."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise RlboxError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlbox.core.errors import RlboxError
-from rlbox.image import sources
-from rlbox.image.matrix import ResolvedVariant
-from rlbox.image.mirrors import SOURCES_DIR
+from rlbox.image import lockfile, render, sources
+from rlbox.image.matrix import Matrix, ResolvedVariant
+from rlbox.image.mirrors import SOURCES_DIR, Profile
 
 # Lines our in-image scripts print when they stop a build (rlbox-apply-patches, rlbox-verify...).
 _SCRIPT_ERROR = re.compile(r"rlbox error: (.*)")
@@ -43,6 +43,15 @@ class BuildPlan:
 
     def command(self) -> str:
         return shlex.join(self.argv)
+
+    def describe(self) -> str:
+        """What --dry-run prints: the exact build command."""
+        return self.command()
+
+    def as_dict(self) -> dict:
+        return {"ref": self.ref, "argv": list(self.argv), "dockerfile": str(self.dockerfile), "context": str(self.context),
+                "platform": self.platform, "tags": list(self.tags), "output": self.output, "repository": self.repository,
+                "build_args": dict(self.build_args)}
 
 
 def plan(
@@ -154,6 +163,41 @@ def plan(
         variant.ref, tuple(argv), dockerfile, variant.root, platform, tags, output in ("push", "digest"), args,
         output, push_by_digest,
     )
+
+
+def source_revision(root: Path) -> str:
+    """The rlbox commit the build comes from (``-dirty`` when images/, templates/, patches/ or
+    dockerfiles/ have uncommitted changes), or ``unknown`` outside a git checkout."""
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "images", "templates", "patches", "dockerfiles"],
+                               capture_output=True, text=True).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def prepare(m: Matrix, ref: str, *, mirror: Profile | None = None, warn=None, **options) -> BuildPlan:
+    """The plan for ``rlbox build REF``, behind the gates every build passes: the mirror
+    profile fills what the options leave open; a stale lock or a generated file out of date
+    with images/ stops the build; a missing lock is a warning (pip then resolves at build time)."""
+    variant = m.get(ref)
+    if mirror is not None:
+        for key, value in (("pip_index", mirror.pip_index), ("apt_mirror", mirror.apt_for(variant.release.os, variant.arch)),
+                           ("git_mirror", mirror.git_mirror), ("hf_endpoint", mirror.hf_endpoint)):
+            options[key] = options.get(key) or value
+        rewritten = mirror.image(variant.locked_base_image)
+        if options.get("base_image") is None and rewritten != variant.locked_base_image:
+            options["base_image"] = rewritten
+    if variant.lock.state == "stale":
+        raise RlboxError(lockfile.Problem(variant.ref, variant.lock.path, "stale").line() + " before building")
+    drift = [d for d in render.check(m) if d.path.parent == variant.dockerfile.parent]
+    if drift:
+        raise RlboxError(f"{drift[0].path} is {drift[0].state}: run `rlbox render` before building {ref}")
+    if variant.lock.state == "missing" and warn is not None:
+        warn(f"{ref} is not locked ({variant.lock.path}): pip resolves at build time; "
+             f"`rlbox lock {variant.release.release}` pins it")
+    return plan(variant, offline=bool(mirror and mirror.offline), revision=source_revision(m.root), **options)
 
 
 def execute(build: BuildPlan, *, echo=None) -> None:

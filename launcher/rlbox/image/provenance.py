@@ -76,7 +76,7 @@ def record(image: str, client=None):
     the image, otherwise from its registry (config labels, and the small last layers that hold
     /etc/rlbox/image.json and /etc/rlbox/sbom.json; nothing else is downloaded)."""
     from rlbox.image.diff import Record
-    from rlbox.registry.client import Reference
+    from rlbox.registry.reference import Reference
 
     try:
         info = inspect(image, client)

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbox.image import lockfile
+from rlbox.image import resolve
 from rlbox.core.errors import RlboxError
 from rlbox.image.matrix import ResolvedVariant
 from rlbox.image.mirrors import SOURCES_DIR, Profile
@@ -60,7 +60,7 @@ class Fetched:
 def _run(argv, what: str, **kw) -> subprocess.CompletedProcess:
     proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)
     if proc.returncode != 0:
-        raise RlboxError(f"fetch-sources: {what} failed: {lockfile._last(proc.stderr or proc.stdout)}")
+        raise RlboxError(f"fetch-sources: {what} failed: {resolve.last_line(proc.stderr or proc.stdout)}")
     return proc
 
 
@@ -136,9 +136,9 @@ def _build_requirements(v: ResolvedVariant, dest: Path) -> list[str]:
 
 
 def _pip(v: ResolvedVariant, command: list[str], profile: Profile | None, ca_bundle: Path | None) -> list[str]:
-    index = profile.pip_index if profile and profile.pip_index else lockfile.PYPI
+    index = profile.pip_index if profile and profile.pip_index else resolve.PYPI
     extra = [a for c in v.components if c.spec.index_url for a in ("--extra-index-url", c.spec.index_url)]
-    return lockfile.target_pip(v, command, index, extra, ca_bundle)
+    return resolve.target_pip(v, command, index, extra, ca_bundle)
 
 
 def _fetch_wheels(v: ResolvedVariant, dest: Path, profile: Profile | None, ca_bundle: Path | None, echo) -> int:
@@ -148,12 +148,12 @@ def _fetch_wheels(v: ResolvedVariant, dest: Path, profile: Profile | None, ca_bu
     echo(f"wheels: {len(pins)} locked for {v.platform}, Python {v.release.python} -> {target.relative_to(dest.parent)}")
     if pins:
         _run([*_pip(v, ["download", "--no-deps", "--dest", target], profile, ca_bundle), *pins],
-             f"pip download of the locked wheels for {v.ref}", env=lockfile.pip_env())
+             f"pip download of the locked wheels for {v.ref}", env=resolve.pip_env())
     build = _build_requirements(v, dest)
     if build:
         echo(f"wheels: build requirements of git sources: {' '.join(build)}")
         _run([*_pip(v, ["download", "--dest", target], profile, ca_bundle), *build],
-             f"pip download of build requirements ({' '.join(build)})", env=lockfile.pip_env())
+             f"pip download of build requirements ({' '.join(build)})", env=resolve.pip_env())
     return len(list(target.glob("*.whl")))
 
 

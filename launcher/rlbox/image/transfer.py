@@ -17,9 +17,12 @@ from typing import Callable
 from rlbox.cluster.preflight import doctor
 from rlbox.registry import client as registry
 from rlbox.core.errors import RlboxError, did_you_mean
-from rlbox.image.matrix import Hardware, Matrix, ResolvedVariant
+from rlbox.image.matrix import Matrix, ResolvedVariant
+from rlbox.image.schema import Hardware
 from rlbox.image.mirrors import Profile
-from rlbox.registry.client import Credentials, Reference
+from rlbox.registry import auth, reference
+from rlbox.registry.auth import Credentials
+from rlbox.registry.reference import Reference
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -43,7 +46,7 @@ class HostFacts:
 
 def host_facts() -> HostFacts:
     chip, problem = doctor.local_chip()
-    return HostFacts(registry.host_platform(), chip, problem)
+    return HostFacts(reference.host_platform(), chip, problem)
 
 
 def hardware_for_chip(hardware: dict[str, Hardware], chip: str) -> list[str]:
@@ -177,15 +180,15 @@ def immutable_tag(human: str, revision: str | None) -> str:
 def engine_error(host: str, action: str, message: str, creds: Credentials | None) -> RlboxError:
     text = " ".join(str(message).split())
     low = text.lower()
-    name, port = registry.split_host(host)
+    name, port = reference.split_host(host)
     if "unauthorized" in low or "authentication required" in low or " 401 " in f" {low} ":
         if creds:
-            what = (f"authentication failed for user {creds.username}: check {registry.ENV_USER}/"
-                    f"{registry.ENV_PASSWORD} or `docker login {host}`")
+            what = (f"authentication failed for user {creds.username}: check {auth.ENV_USER}/"
+                    f"{auth.ENV_PASSWORD} or `docker login {host}`")
         else:
-            what = f"authentication required: set {registry.ENV_USER}/{registry.ENV_PASSWORD} or `docker login {host}`"
+            what = f"authentication required: set {auth.ENV_USER}/{auth.ENV_PASSWORD} or `docker login {host}`"
     elif "connection refused" in low or "no such host" in low or "dial tcp" in low or "i/o timeout" in low:
-        port = port or (80 if registry.is_loopback(host) else 443)
+        port = port or (80 if reference.is_loopback(host) else 443)
         what = f"cannot connect to {name} port {port} ({action}: {text})"
     elif "denied" in low:
         what = f"access denied ({action}: {text})"
@@ -193,7 +196,7 @@ def engine_error(host: str, action: str, message: str, creds: Credentials | None
         what = f"{action}: not found ({text})"
     else:
         what = f"{action} failed: {text}"
-    return RlboxError(registry.scrub(f"registry {host}: {what}", creds))
+    return RlboxError(auth.scrub(f"registry {host}: {what}", creds))
 
 
 def _login(client, host: str, creds: Credentials | None) -> None:
@@ -240,28 +243,44 @@ class PushPlan:
     immutable: str | None
     revision: str | None
 
+    def describe(self) -> str:
+        return "".join(f"push {self.source} -> {self.repository.name}:{tag}\n" for tag in self.tags)
 
-def plan_push(m: Matrix | None, ref: str, client, *, registry_host: str | None, extra_tags=(),
-              immutable: str | None = None, no_immutable: bool = False, mirror: Profile | None = None) -> PushPlan:
-    from docker.errors import ImageNotFound
+    def as_dict(self) -> dict:
+        return {"source": self.source, "repository": self.repository.name, "tags": list(self.tags),
+                "immutable": self.immutable, "revision": self.revision}
 
+
+def push_source(m: Matrix | None, ref: str) -> tuple[str, str]:
+    """The local image `rlbox push REF` pushes, and its human tag."""
     if _is_matrix_ref(m, ref):
         variant = m.get(ref)
-        source, human = variant.image, variant.tag
-    else:
-        parsed = Reference.parse(ref)
-        if parsed.digest:
-            raise RlboxError(f"{ref}: push takes a local image by name and tag, not a digest")
-        source, human = str(parsed), parsed.tag or "latest"
-        if not parsed.tag:
-            source += ":latest"
-    remote = remote_for(source, registry_host, mirror).with_tag(None)
+        return variant.image, variant.tag
+    parsed = Reference.parse(ref)
+    if parsed.digest:
+        raise RlboxError(f"{ref}: push takes a local image by name and tag, not a digest")
+    source = str(parsed) if parsed.tag else f"{parsed}:latest"
+    return source, parsed.tag or "latest"
+
+
+def local_labels(client, m: Matrix | None, ref: str) -> dict[str, str]:
+    """The labels of the local image `rlbox push REF` would push (what its plan needs of the engine)."""
+    from docker.errors import ImageNotFound
+
+    source, _ = push_source(m, ref)
     try:
         img = client.images.get(source)
     except ImageNotFound:
         hint = f"rlbox build {ref}" if _is_matrix_ref(m, ref) else "build or tag it first"
         raise RlboxError(f"image {source} is not on this engine: {hint}") from None
-    labels = img.attrs.get("Config", {}).get("Labels") or {}
+    return img.attrs.get("Config", {}).get("Labels") or {}
+
+
+def plan_push(m: Matrix | None, ref: str, labels: dict[str, str], *, registry_host: str | None, extra_tags=(),
+              immutable: str | None = None, no_immutable: bool = False, mirror: Profile | None = None) -> PushPlan:
+    """Which tags go where, from the image's ``labels`` (its revision names the immutable tag). Pure."""
+    source, human = push_source(m, ref)
+    remote = remote_for(source, registry_host, mirror).with_tag(None)
     revision = labels.get(REVISION_LABEL)
     if immutable and no_immutable:
         raise RlboxError("give --immutable-tag TAG or --no-immutable-tag, not both")
@@ -276,7 +295,7 @@ def plan_push(m: Matrix | None, ref: str, client, *, registry_host: str | None, 
             raise RlboxError(f"{source}: {err}") from None
     tags = [human] + ([fixed] if fixed else []) + list(extra_tags)
     for tag in tags:
-        if not registry.TAG_RE.fullmatch(tag):
+        if not reference.TAG_RE.fullmatch(tag):
             raise RlboxError(f"tag {tag!r}: letters, digits, _ . - only, at most 128, not starting with . or -")
     return PushPlan(source, remote, tuple(dict.fromkeys(tags)), fixed, revision)
 
@@ -372,7 +391,7 @@ def pull_target(m: Matrix | None, ref: str | None, *, hardware: str | None, rele
         variant = m.get(base)
         remote = remote_for(variant.image, registry_host, mirror)
         if digest:
-            if not registry.DIGEST_RE.fullmatch(digest):
+            if not reference.DIGEST_RE.fullmatch(digest):
                 raise RlboxError(f"{ref}: '{digest}' is not a digest (sha256:<64 hex>)")
             remote = remote.with_digest(digest)
         return PullTarget(remote, variant)
@@ -484,3 +503,25 @@ def _undo(client, name: str, before: str | None, new: str) -> bool:
         repo, _, tag = name.rpartition(":")
         client.images.get(before).tag(repo, tag)
     return True
+
+
+def tag_rows(reg: registry.Registry, repo: Reference) -> list[dict]:
+    """Every tag of ``repo`` with its digest, architecture and io.rlbox.* labels (`rlbox images tags`)."""
+    rows = []
+    for tag in sorted(reg.tags(repo.api_repository)):
+        digest, configs = reg.configs(repo.with_tag(tag))
+        for cfg in configs:
+            labels = cfg.labels
+            rows.append({
+                "tag": tag,
+                "reference": f"{repo.name}@{digest}",
+                "digest": digest,
+                "architecture": cfg.platform,
+                "release": labels.get("io.rlbox.release"),
+                "variant": labels.get("io.rlbox.variant"),
+                "hardware": labels.get("io.rlbox.hardware"),
+                "platform": labels.get("io.rlbox.platform"),
+                "revision": labels.get("org.opencontainers.image.revision"),
+                "labels": {k: v for k, v in labels.items() if k.startswith("io.rlbox.")},
+            })
+    return rows

@@ -14,17 +14,9 @@ a message, a log line or a repr.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import ipaddress
 import json
-import os
-import platform as _platform
-import re
-import shutil
-import subprocess
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -32,8 +24,8 @@ import requests
 
 from rlbox.core.errors import RlboxError
 
-ENV_USER = "RLBOX_REGISTRY_USER"
-ENV_PASSWORD = "RLBOX_REGISTRY_PASSWORD"
+from rlbox.registry.auth import ENV_PASSWORD, ENV_USER, Challenge, Credentials, credentials_for, parse_www_authenticate, scrub
+from rlbox.registry.reference import DIGEST_RE, DOCKER_HUB, Reference, check_host, host_platform, is_loopback, split_host
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -42,234 +34,6 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT = ", ".join((*INDEX_TYPES, *MANIFEST_TYPES))
-
-DOCKER_HUB = "docker.io"
-MACHINE_PLATFORM = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
-
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-PATH_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
-TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
-DIGEST_RE = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
-HOST_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::\d{1,5})?$")
-
-
-# ---------------------------------------------------------------------------------------------
-# References.
-
-
-def is_registry_host(component: str) -> bool:
-    """Docker's rule: the first path component names a registry if it is ``localhost`` or has a
-    dot or a port (``swr.cn-south-1.myhuaweicloud.com``, ``127.0.0.1:5000``, ``[::1]:5000``)."""
-    return component == "localhost" or "." in component or ":" in component or component.startswith("[")
-
-
-def split_host(host: str) -> tuple[str, int | None]:
-    """``HOST[:PORT]`` -> (HOST, PORT or None); IPv6 in brackets."""
-    m = re.fullmatch(r"\[([0-9a-fA-F:]+)\](?::(\d+))?|([^:]+)(?::(\d+))?", host)
-    if not m:
-        return host, None
-    name = m.group(1) or m.group(3)
-    port = m.group(2) or m.group(4)
-    return name, int(port) if port else None
-
-
-def is_loopback(host: str) -> bool:
-    name, _ = split_host(host)
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def check_host(host: str, what: str = "--registry") -> str:
-    if not host or "/" in host or not HOST_RE.fullmatch(host):
-        raise RlboxError(f"{what} {host!r}: expected a registry HOST[:PORT] such as 127.0.0.1:5000 "
-                         "or swr.cn-south-1.myhuaweicloud.com (no scheme, no path)")
-    return host
-
-
-@dataclass(frozen=True)
-class Reference:
-    """An image reference: registry host, repository path, tag and/or digest."""
-
-    registry: str | None  # None: no registry named (Docker Hub, for Docker)
-    repository: str
-    tag: str | None = None
-    digest: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> "Reference":
-        raw = text.strip()
-        if not raw or any(c.isspace() for c in raw):
-            raise RlboxError(f"{text!r} is not an image reference ([HOST[:PORT]/]PATH[:TAG][@sha256:...])")
-        rest, digest = raw, None
-        if "@" in raw:
-            rest, digest = raw.split("@", 1)
-            if not DIGEST_RE.fullmatch(digest):
-                raise RlboxError(f"{text}: '{digest}' is not a digest (sha256:<64 hex>)")
-        registry = None
-        first, sep, remainder = rest.partition("/")
-        if sep and is_registry_host(first):
-            registry, rest = check_host(first, f"{text}: registry"), remainder
-        tag = None
-        last_slash = rest.rfind("/")
-        colon = rest.rfind(":")
-        if colon > last_slash:
-            rest, tag = rest[:colon], rest[colon + 1:]
-            if not TAG_RE.fullmatch(tag):
-                raise RlboxError(f"{text}: '{tag}' is not a valid tag (letters, digits, _ . -; at most 128)")
-        if not PATH_RE.fullmatch(rest):
-            raise RlboxError(f"{text}: '{rest}' is not a repository path (lower-case letters, digits, "
-                             "separators . _ - between them, components joined by /)")
-        return cls(registry, rest, tag, digest)
-
-    @property
-    def name(self) -> str:
-        """What Docker calls the repository: HOST/PATH (or just PATH without a registry)."""
-        return f"{self.registry}/{self.repository}" if self.registry else self.repository
-
-    @property
-    def api_repository(self) -> str:
-        """The name in /v2/<name>/: Docker Hub's single-component names live under library/."""
-        if self.registry in (None, DOCKER_HUB) and "/" not in self.repository:
-            return f"library/{self.repository}"
-        return self.repository
-
-    @property
-    def target(self) -> str:
-        """What to ask the registry for: the digest if there is one, else the tag (default latest)."""
-        return self.digest or self.tag or "latest"
-
-    def with_registry(self, host: str) -> "Reference":
-        return replace(self, registry=check_host(host))
-
-    def with_tag(self, tag: str | None) -> "Reference":
-        return replace(self, tag=tag, digest=None)
-
-    def with_digest(self, digest: str) -> "Reference":
-        return replace(self, tag=None, digest=digest)
-
-    def __str__(self) -> str:
-        return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
-
-
-def host_platform() -> str:
-    machine = _platform.machine()
-    if machine not in MACHINE_PLATFORM:
-        raise RlboxError(f"this host's architecture {machine!r} has no rlbox platform (linux/amd64 or linux/arm64)")
-    return MACHINE_PLATFORM[machine]
-
-
-# ---------------------------------------------------------------------------------------------
-# Credentials.
-
-
-@dataclass(frozen=True)
-class Credentials:
-    username: str
-    password: str = field(repr=False)
-    source: str = ""
-
-    def __repr__(self) -> str:  # never the password
-        return f"Credentials(username={self.username!r}, source={self.source!r})"
-
-    def auth_config(self) -> dict[str, str]:
-        """For docker-py's push/pull/login ``auth_config``."""
-        return {"username": self.username, "password": self.password}
-
-
-def _auth_keys(host: str) -> list[str]:
-    keys = [host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/"]
-    if host in (DOCKER_HUB, "index.docker.io", "registry-1.docker.io"):
-        keys.insert(0, "https://index.docker.io/v1/")
-    return keys
-
-
-def _from_helper(helper: str, host: str, path: str | None) -> Credentials | None:
-    """``docker-credential-<helper> get`` with the host on stdin (Docker's protocol)."""
-    exe = shutil.which(f"docker-credential-{helper}", path=path)
-    if exe is None:
-        return None
-    for server in (host, f"https://{host}"):
-        try:
-            proc = subprocess.run([exe, "get"], input=server, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if proc.returncode != 0:
-            continue  # "credentials not found in native keychain": try the next form, then give up
-        try:
-            data = json.loads(proc.stdout)
-        except ValueError:
-            raise RlboxError(f"docker-credential-{helper} get: printed no JSON for {host}") from None
-        user, secret = data.get("Username") or "", data.get("Secret") or ""
-        if secret:
-            return Credentials(user, secret, f"docker-credential-{helper}")
-    return None
-
-
-def credentials_for(host: str, environ: dict[str, str] | None = None) -> Credentials | None:
-    """Credentials for a registry host: the environment first, then the Docker config
-    (``$DOCKER_CONFIG/config.json`` or ``~/.docker/config.json``)."""
-    env = os.environ if environ is None else environ
-    user, password = env.get(ENV_USER), env.get(ENV_PASSWORD)
-    if user or password:
-        if not (user and password):
-            missing = ENV_PASSWORD if user else ENV_USER
-            raise RlboxError(f"{missing} is not set: give both {ENV_USER} and {ENV_PASSWORD}, or neither")
-        return Credentials(user, password, "environment")
-    path = Path(env["DOCKER_CONFIG"]) / "config.json" if env.get("DOCKER_CONFIG") else Path.home() / ".docker" / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise RlboxError(f"{path}: not valid JSON; fix it or run `docker login {host}` again") from None
-    if not isinstance(cfg, dict):
-        return None
-    helper = (cfg.get("credHelpers") or {}).get(host) or cfg.get("credsStore")
-    if helper:
-        found = _from_helper(helper, host, env.get("PATH"))
-        if found:
-            return found
-    auths = cfg.get("auths") or {}
-    for key in _auth_keys(host):
-        entry = auths.get(key)
-        if not isinstance(entry, dict):
-            continue
-        if entry.get("auth"):
-            try:
-                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                raise RlboxError(f"{path}: auths.{key}.auth is not base64 user:password; "
-                                 f"run `docker login {host}` again") from None
-            if user and password:
-                return Credentials(user, password, str(path))
-        if entry.get("username") and entry.get("password"):
-            return Credentials(entry["username"], entry["password"], str(path))
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# The challenge a registry answers a 401 with.
-
-
-@dataclass(frozen=True)
-class Challenge:
-    scheme: str  # "basic" or "bearer"
-    params: dict[str, str]
-
-
-def parse_www_authenticate(header: str) -> Challenge:
-    """``Bearer realm="https://x/token",service="x",scope="repository:a/b:pull"`` or
-    ``Basic realm="basic-realm"``: the scheme (lower case) and its parameters."""
-    scheme, _, rest = header.strip().partition(" ")
-    params = {}
-    for m in re.finditer(r'([A-Za-z_][\w-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))', rest):
-        value = m.group(2) if m.group(2) is not None else m.group(3)
-        params[m.group(1).lower()] = re.sub(r"\\(.)", r"\1", value)
-    return Challenge(scheme.lower(), params)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -590,15 +354,3 @@ def _connection_reason(err: Exception) -> str:
         if needle in text:
             return reason
     return "connection failed"
-
-
-def scrub(text: str, credentials: Credentials | None) -> str:
-    """The text with the password (and its base64 forms) blanked out, whatever produced it."""
-    if credentials and credentials.password:
-        secrets = {credentials.password,
-                   base64.b64encode(f"{credentials.username}:{credentials.password}".encode()).decode()}
-        for s in secrets:
-            if len(s) >= 3:  # shorter ones would blank ordinary words; rlbox never prints them anyway
-                text = text.replace(s, "***")
-    return text
-

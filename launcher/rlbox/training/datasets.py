@@ -219,7 +219,7 @@ def plan(name: str, *, image: str, out: Path, endpoint: str, overwrite: bool, sp
 
 def execute(p: DataPlan, client, emit) -> list[str]:
     """Run the plan's container; the "rlbox-data:" lines it printed (error raised as one line)."""
-    from .. import oneshot
+    from rlbox.training import oneshot
 
     p.out.mkdir(parents=True, exist_ok=True)
     said: list[str] = []

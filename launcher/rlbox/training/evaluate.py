@@ -20,6 +20,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -214,6 +215,17 @@ class EvalPlan:
         return [self.executable, "--models", "vllm_api_general", "--datasets", self.ais_dataset,
                 "--work-dir", f"outputs/repeat_{index:02d}"]
 
+    def describe(self) -> str:
+        lines = [f"# {self.model} on {self.dataset} ({self.ais_dataset}) at {self.endpoint.url}, {self.repeat} run(s) in {self.work}"]
+        lines += [shlex.join(self.argv(i)) for i in range(1, self.repeat + 1)]
+        return "\n".join(lines) + "\n"
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "dataset": self.dataset, "ais_dataset": self.ais_dataset, "endpoint": self.endpoint.url,
+                "repeat": self.repeat, "executable": self.executable, "work": str(self.work),
+                "max_seq_len": self.max_seq_len, "max_out_len": self.max_out_len, "batch_size": self.batch_size,
+                "generation": dict(self.generation), "argv": [self.argv(i) for i in range(1, self.repeat + 1)]}
+
 
 def plan(*, model: str, dataset: str, endpoint: Endpoint, repeat: int, executable: str | None, out_dir: Path,
          max_seq_len: int | None, max_out_len: int | None, batch_size: int, generation: dict,
@@ -335,3 +347,29 @@ def compare(before: dict, after: dict) -> list[list[str]]:
     return [["dataset", "version", "metric", "mode", "before", "after", "gain"],
             [after["dataset"], after.get("version", "-"), after["metric"], after["mode"], f"{before['mean']:.2f}",
              f"{after['mean']:.2f}", f"{gain:+.2f}"]]
+
+
+def endpoint_for(endpoint: str | None, runs_dir: Path, name: str) -> Endpoint:
+    """The server to evaluate: ``--endpoint``, else the one `rlbox serve --name NAME` started."""
+    if endpoint:
+        return Endpoint.parse(endpoint)
+    state_path = runs_dir / "serve" / f"{name}.json"
+    if not state_path.is_file():
+        raise RlboxError(f"eval: no --endpoint and no server named '{name}' under {runs_dir} (rlbox serve MODEL)")
+    state = json.loads(state_path.read_text())
+    return Endpoint.parse(state["url"], state.get("max_model_len"), source=f"rlbox serve --name {name}")
+
+
+def evaluate(p: EvalPlan, note, path: Path) -> dict:
+    """Carry out the plan: check the server, write AISBench's config, run it ``repeat`` times,
+    save the averaged result to ``path``."""
+    served = check_endpoint(p.endpoint)
+    config = write_config(p, note)
+    note(f"{config} -> {p.endpoint.url} (model '{served}', max_seq_len {p.max_seq_len}, max_out_len {p.max_out_len}); "
+         f"{p.repeat} run(s) of: {' '.join(p.argv(1)[:5])}")
+    for i in range(1, p.repeat + 1):
+        run_once(p, i, note)
+    res = result(p, served)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=2))
+    return res

@@ -26,7 +26,7 @@ from rlbox.cluster.spec import Host, Mount
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.plan import (BASE_ENV, CONTROL_DEVICES, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, LABEL_MANAGED, NOFILE, NPROC,
-                   NPU_SMI, ContainerSpec)
+                   NPU_SMI, SIM_DRIVER, ContainerSpec)
 
 LABEL_SERVE = "io.rlbox.serve"
 STUB = Path(__file__).resolve().parent / "scripts" / "stub_server.py"
@@ -231,3 +231,76 @@ def host_of(state: dict) -> Host:
     return Host(name=state["host"], ssh_user=state.get("ssh_user"), ssh_port=state.get("ssh_port"),
                 identity_file=state.get("identity_file"), known_hosts=state.get("known_hosts"),
                 transport=state.get("transport", "auto"))
+
+
+def state_path(runs_dir: Path, name: str) -> Path:
+    """The record of server NAME (what `rlbox eval` and `rlbox serve --stop` read)."""
+    return runs_dir / "serve" / f"{name}.json"
+
+
+def stop_named(runs_dir: Path, name: str) -> tuple[int, str]:
+    """`rlbox serve --stop`: remove server NAME's container(s) on its host and its record;
+    the number removed and the host."""
+    from rlbox.cluster.hosts import connect
+
+    path = state_path(runs_dir, name)
+    if not path.is_file():
+        raise RlboxError(f"no server named '{name}' under {runs_dir} (rlbox serve MODEL --name {name} starts one)")
+    state = json.loads(path.read_text())
+    node = connect(host_of(state))
+    try:
+        removed = stop(node.client, name)
+    finally:
+        node.close()
+    path.unlink()
+    return removed, state["host"]
+
+
+def plan_request(load_matrix, *, model: str | None, hosts: str | None, sim: bool, image: str | None, image_ref,
+                 hardware: str, tp: int, dp: int, max_model_len: int, port: int, served_model_name: str, name: str,
+                 runs_dir: Path, mounts: list[str], envs: list[str], dry_run: bool) -> ServePlan:
+    """`rlbox serve MODEL` options to a plan: the one host (this machine unless --hosts), the
+    image (RELEASE:VARIANT through ``image_ref``; the sim image for --sim), the NPUs it has.
+    ``load_matrix`` reads images/ only once the options are known to be consistent."""
+    from rlbox.cluster import launch
+    from rlbox.cluster.hosts import count_devices
+    from rlbox.cluster.spec import from_hosts
+    from rlbox.core.config import parse_pairs
+
+    if not model:
+        raise RlboxError("serve: give MODEL (a Hugging Face model folder), or --stop")
+    if hosts and sim:
+        raise RlboxError("give --hosts or --sim, not both")
+    local = Host(name="localhost", transport="local")
+    host_list = from_hosts(hosts).hosts if hosts else (local,)
+    if len(host_list) != 1:
+        raise RlboxError(f"--hosts {hosts}: serve runs on one host")
+    host = host_list[0]
+    m = load_matrix()
+    if sim:
+        image_name, _ = m.image_for(image or f"rlbox_sim:{launch.host_arch_variant()}")
+        npus = m.hardware[hardware].npus_per_node
+    else:
+        image_name = image_ref(image, "serve")
+        npus = count_devices(host) if not dry_run else tp * dp
+        if npus == 0:
+            raise RlboxError(f"{host.name}: no /dev/davinci* devices; is the Ascend driver installed? (--sim rehearses without NPUs)")
+    return plan(name=name, model=str(Path(model).expanduser().resolve()) if host.local or sim else model,
+                host=host, image=image_name, sim=sim, tp=tp, dp=dp, max_model_len=max_model_len, port=port,
+                served_model_name=served_model_name, npus_available=npus, hardware=hardware, runs_dir=runs_dir,
+                mounts=[Mount.parse(x) for x in mounts], env=parse_pairs(list(envs), "--env"),
+                nofile=launch.nofile_for(host if not sim else local, None))
+
+
+def serve(p: ServePlan, *, timeout: float, echo: Callable[[str], None], runs_dir: Path, hardware: str) -> str:
+    """Carry out the plan on its host: the server started, answering, recorded; its endpoint."""
+    from rlbox.cluster.hosts import connect
+
+    if (p.host.local or p.sim) and not Path(p.model).is_dir():
+        raise RlboxError(f"MODEL {p.model} is not a folder")
+    node = connect(p.host)
+    try:
+        return start(p, node, timeout=timeout, echo=echo, state_path=state_path(runs_dir, p.name), hardware=hardware,
+                     driver=SIM_DRIVER)
+    finally:
+        node.close()

@@ -1,0 +1,131 @@
+"""`rlbox images list|tags`, `rlbox inspect`, `rlbox diff`: what the matrix says an image is,
+what a registry holds of it, and what a built image records about itself."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.table import Table
+
+from rlbox.cli.common import INSECURE, REGISTRY, matrix, matrix_if_any, out
+from rlbox.image import diff as diff_mod
+from rlbox.image import provenance, transfer
+from rlbox.registry.client import Registry
+
+
+@click.group()
+def images():
+    """The version matrix (releases x hardware variants) and what a registry holds of it."""
+
+
+@images.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable: every variant with its pins.")
+def images_list(as_json: bool):
+    """List every RELEASE:VARIANT with its hardware, platform and tag."""
+    rows = [v.summary() for v in matrix().variants]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("RELEASE:VARIANT", "HW", "PLATFORM", "CANN", "PY", "IMAGE", box=None)
+    for r in rows:
+        table.add_row(r["ref"], r["hardware"], r["platform"], r["cann"], r["python"], r["tag"])
+    out.print(table)
+
+
+@images.command("tags")
+@click.argument("repository")
+@REGISTRY
+@INSECURE
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable: every tag with its digest and labels.")
+def images_tags(repository: str, registry_host: str | None, insecure: bool, as_json: bool):
+    """List a repository's tags (registry v2 API) with digests and io.rlbox.* labels.
+
+    REPOSITORY is HOST[:PORT]/PATH, or a release of the matrix (its image.registry and name).
+    Credentials: RLBOX_REGISTRY_USER / RLBOX_REGISTRY_PASSWORD, else the Docker config.
+    """
+    repo = transfer.repository_for(matrix_if_any(), repository, registry_host)
+    rows = transfer.tag_rows(Registry(repo.registry, insecure=insecure), repo)
+    if as_json:
+        click.echo(json.dumps({"repository": repo.name, "tags": rows}, indent=2))
+        return
+    table = Table("TAG", "DIGEST", "RELEASE:VARIANT", "HW", "PLATFORM", box=None)
+    for r in rows:
+        ref = f"{r['release']}:{r['variant']}" if r["release"] else "-"
+        table.add_row(r["tag"], r["digest"], ref, r["hardware"] or "-", r["platform"] or r["architecture"])
+    out.print(f"{repo.name}: {len({r['tag'] for r in rows})} tag(s)")
+    out.print(table)
+
+
+@click.command("inspect")
+@click.argument("image")
+@click.option("--json", "as_json", is_flag=True, help="Labels, /etc/rlbox/image.json and the SBOM as JSON.")
+@click.option("--packages", is_flag=True, help="List every Python and OS package of the SBOM.")
+def inspect_cmd(image: str, as_json: bool, packages: bool):
+    """Show what IMAGE holds: release, hardware, every pinned component and applied patch."""
+    info = provenance.inspect(image)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    labels, man = info["labels"], info["manifest"] or {}
+    out.print(f"[bold]{image}[/]  {info['id'][:19]}  {info['architecture']}  {info['size'] / 1e6:.0f} MB")
+    for key, label in (
+        ("ref", "org.opencontainers.image.version"),
+        ("hardware", "io.rlbox.hardware"),
+        ("platform", "io.rlbox.platform"),
+        ("base_image", "org.opencontainers.image.base.name"),
+        ("cann", "io.rlbox.cann"),
+        ("driver_min", "io.rlbox.driver.min"),
+        ("python", "io.rlbox.python"),
+    ):
+        out.print(f"  {key:11} {man.get(key) or labels.get(label, '-')}")
+    out.print(f"  {'revision':11} {labels.get('org.opencontainers.image.revision', '-')}")
+    table = Table("COMPONENT", "PIN", "PATCHES", box=None)
+    comps = man.get("components") or {
+        k.removeprefix("io.rlbox.component."): {"pin": v} for k, v in labels.items() if k.startswith("io.rlbox.component.")
+    }
+    for name, comp in comps.items():
+        patches = ", ".join(p["name"].split("/", 1)[1] for p in comp.get("patches", []))
+        table.add_row(name, comp["pin"], patches or "-")
+    out.print(table)
+    for p in man.get("patches", []):
+        out.print(f"  patch {p['name']}  sha256:{p['sha256']}")
+    sbom = info.get("sbom")
+    lock = man.get("lock") or {}
+    out.print(f"  {'lock':11} {lock.get('file', '-')} ({lock.get('state', 'not recorded')}, {len(lock.get('pip') or {})} pip pins)")
+    if sbom is None:
+        out.print(f"  {'sbom':11} not recorded ({provenance.SBOM_PATH} absent)")
+        return
+    out.print(f"  {'sbom':11} {len(sbom['python_packages'])} Python packages, "
+              f"{len(sbom['os_packages'])} {sbom['os_package_manager']} packages ({provenance.SBOM_PATH}; --packages lists them)")
+    if packages:
+        table = Table("KIND", "PACKAGE", "VERSION", "SOURCE", box=None)
+        for p in sbom["python_packages"]:
+            table.add_row("python", p["name"], p["version"], p.get("source") or p.get("location", ""))
+        for p in sbom["os_packages"]:
+            table.add_row(sbom["os_package_manager"], p["name"], p["version"], "")
+        out.print(table)
+
+
+@click.command("diff")
+@click.argument("image_a")
+@click.argument("image_b")
+@click.option("--json", "as_json", is_flag=True, help="Every difference as JSON.")
+def diff_cmd(image_a: str, image_b: str, as_json: bool):
+    """What changed from IMAGE_A to IMAGE_B: image facts, components, patches, Python and OS packages.
+
+    Read from what each image records (labels, /etc/rlbox/image.json, /etc/rlbox/sbom.json), on
+    the local engine or, for a reference the engine does not have, from its registry.
+    Exits 0 when identical, 1 when they differ.
+    """
+    comparison = diff_mod.compare(provenance.record(image_a), provenance.record(image_b))
+    if as_json:
+        click.echo(json.dumps(comparison.as_dict(), indent=2))
+    else:
+        for line in diff_mod.lines(comparison):
+            click.echo(line)
+    sys.exit(0 if comparison.identical else 1)
+
+
+COMMANDS = (images, inspect_cmd, diff_cmd)

@@ -1,0 +1,177 @@
+"""`rlbox run`, `rlbox validate`, `rlbox doctor`: plan a run from the options, check it (the verl
+job's config, every node's facts), print the plan or carry it out."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from rlbox.cli.common import NAME, RUNS_DIR, err, out
+from rlbox.cluster import execute, launch
+from rlbox.cluster import sim as sim_hosts
+from rlbox.cluster.preflight import checks, doctor
+from rlbox.core import engine
+from rlbox.core.errors import RlboxError
+from rlbox.training import triage
+
+
+@click.command("run", context_settings={"ignore_unknown_options": False})
+@click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head): HOST, USER@HOST or USER@HOST:PORT.")
+@click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Cluster YAML (per-host ssh, nic, mounts) or a hostfile.")
+@click.option("--nodes", type=int, help="Number of nodes; must agree with the hosts given (with --sim: how many to simulate).")
+@click.option("--sim", is_flag=True, help="Rehearse on simulated nodes: containers on the local engine, devices mapped from /dev/null.")
+@click.option("--image", help="RELEASE:VARIANT from the matrix or a full image reference (default for --sim: rlbox_sim).")
+@click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]), help="Hardware profile (default: the image's; a3 for --sim).")
+@click.option("--devices", type=int, help="NPUs per node (default: the host's /dev/davinci* count; the profile's for --sim).")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Extra mount on every node (models, data, checkpoints).")
+@click.option("--nic", help="Socket interface for HCCL/GLOO/TP on every node (default: detected per node, the one routing to the head).")
+@click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Extra environment for every node's container.")
+@click.option("--privileged", is_flag=True, help="Run node containers privileged (off by default; devices are passed one by one).")
+@NAME
+@click.option("--replace", is_flag=True, help="Remove a live run of the same name first instead of refusing.")
+@click.option("--recipe", help="A shipped recipe (rlbox recipes list).")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Recipe parameter (model path, data files, checkpoint dir).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Extra or replacing Hydra override for the recipe.")
+@click.option("--smoke-test", is_flag=True, help="Job: check that every NPU of every node is visible through Ray.")
+@click.option("--timeout", type=float, default=300, show_default=True, help="Seconds to wait for every NPU to join.")
+@click.option("--detach", is_flag=True, help="Return once the job is submitted; follow with `rlbox logs -f`, end with `rlbox stop`.")
+@click.option("--keep", is_flag=True, help="Keep the cluster up after the job ends (remove it with `rlbox stop`).")
+@click.option("--dry-run", is_flag=True, help="Print per node the exact docker run, the Ray command and the job; touch no host.")
+@click.option("--sim-driver", help="Driver version the simulated hosts report (default: the image's minimum).")
+@click.option("--num-cpus", "cpus", type=int, help="CPUs each node offers to Ray (default: Ray detects).")
+@click.option("--nofile", type=int, help="Open-files limit of node containers (default 65536, capped for the local engine).")
+@click.option("--verl-version", help="Validate the job's overrides against this verl release (PyPI wheel) instead of the image's verl.")
+@click.option("--verl-config", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Validate against this verl source checkout instead of the image's verl.")
+@click.option("--no-validate", is_flag=True, help="Skip the Hydra validation of a verl job.")
+@click.option("--no-doctor", is_flag=True, help="Skip the per-node pre-flight checks (rlbox doctor).")
+@RUNS_DIR
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, envs, privileged, name, replace,
+            recipe, params, sets, smoke_test, timeout, detach, keep, dry_run, sim_driver, cpus, nofile, verl_version,
+            verl_config, no_validate, no_doctor, runs_dir, command):
+    """Start the training container on every node, bring up Ray, run the job, tear down.
+
+    A job that fails is triaged first (`rlbox triage`): the nodes' CANN and Ray logs are
+    collected into runs/NAME/triage/ and matched against known failures.
+
+    \b
+    rlbox run --sim --nodes 4 --hardware a3 --smoke-test
+    rlbox run --hosts 10.0.0.1,10.0.0.2 --image verl_pt27_25rc3:a3-arm --mount /data \\
+        -- python3 -m verl.trainer.main_ppo data.train_files=/data/train.parquet ...
+    rlbox run --cluster cluster.yaml --recipe dapo-qwen3-32b-a3 --param model_path=/data/Qwen3-32B
+    """
+    req = launch.RunRequest(
+        hosts=hosts, cluster_file=cluster_file, nodes=nodes, sim=sim, image=image, hardware=hardware,
+        devices=devices, mounts=list(mounts), nic=nic, env=list(envs), privileged=privileged, name=name,
+        recipe=recipe, params=list(params), sets=list(sets), smoke_test=smoke_test, command=list(command),
+        runs_dir=runs_dir, sim_driver=sim_driver, cpus=cpus, nofile=nofile, dry_run=dry_run,
+    )
+    plan, run_dir = launch.prepare(req)
+    if dry_run:
+        click.echo(plan.describe(), nl=False)
+        return
+
+    def echo(line: str) -> None:
+        err.print(f"[bold]rlbox[/]: {line}", highlight=False)
+
+    def emit(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    before = checks.checks_before_start(plan, verl_version=verl_version, verl_config=verl_config,
+                                        run_validate=not no_validate, run_doctor=not no_doctor, replace=replace,
+                                        echo=echo, warn=lambda line: err.print(f"rlbox: {line}", markup=False))
+
+    def triage_after_failure(nodes, log_path):
+        echo("job failed: collecting logs from every node (rlbox triage)")
+        targets = [(f"node{n.index}", node.client, n.container.name) for n, node in zip(plan.nodes, nodes)]
+        report = triage.triage(name, run_dir, job_log=log_path, targets=targets,
+                               job_env=dict(plan.job.env) if plan.job else {})
+        for line in triage.render(report):
+            err.print(line, markup=False, highlight=False)
+
+    outcome = execute.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
+                              detach=detach, keep=keep, before=before, on_failure=triage_after_failure)
+    if outcome.exit_code:
+        raise RlboxError(f"job of run '{name}' {outcome.status} with exit code {outcome.exit_code}; log: {outcome.log_path}",
+                         exit_code=outcome.exit_code)
+
+
+@click.command("validate")
+@click.option("--hosts", help="Hosts of the cluster (only their number matters here).")
+@click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--nodes", type=int, help="Nodes of the cluster the job is for.")
+@click.option("--devices", type=int, help="NPUs per node (default: the hardware profile's).")
+@click.option("--image", help="RELEASE:VARIANT or image whose verl to validate against (default: the recipe's release).")
+@click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))
+@click.option("--verl-version", help="Validate against this verl release's config (PyPI wheel).")
+@click.option("--verl-config", type=click.Path(path_type=Path, exists=True, file_okay=False), help="A verl source checkout.")
+@click.option("--recipe", help="A shipped recipe.")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_version, verl_config, recipe, params, sets, command):
+    """Compose a verl job's Hydra config with the verl that will run and check it.
+
+    Unknown keys (with the nearest real key), values of the wrong type, and cluster rules:
+    nnodes x n_gpus_per_node equals the cluster's NPUs, rollout TP divides NPUs per node,
+    ulysses SP divides the NPU count, train_batch_size divisible by ppo_mini_batch_size,
+    ppo_max_token_len_per_gpu holds one sequence, trainer.device=npu, filter_groups only with DAPO.
+    """
+    plan, rec = launch.plan_for_validation(hosts=hosts, cluster_file=cluster_file, nodes=nodes, devices=devices,
+                                           hardware=hardware, recipe=recipe, params=list(params), sets=list(sets),
+                                           command=list(command))
+    checks.verl_argv(plan)
+    tree = checks.tree_for_validation(plan, image=image, verl_version=verl_version, verl_config=verl_config,
+                                      recipe=rec, client_factory=engine.local_client)
+    click.echo(checks.validate_plan(plan, tree, warn=lambda line: err.print(f"rlbox: {line}", markup=False)))
+
+
+@click.command("doctor")
+@click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head).")
+@click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--nodes", type=int)
+@click.option("--sim", is_flag=True, help="Check simulated hosts (their stand-in devices, npu-smi and driver).")
+@click.option("--image", help="RELEASE:VARIANT or image the run will use.")
+@click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))
+@click.option("--devices", type=int, help="NPUs per node the run will use.")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Mounts whose sources must exist on every node.")
+@click.option("--nic")
+@NAME
+@click.option("--sim-driver", help="Driver version the simulated hosts report.")
+@RUNS_DIR
+@click.option("--json", "as_json", is_flag=True)
+def doctor_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, name, sim_driver, runs_dir, as_json):
+    """Check every node before a run, in parallel: ✓ or ✗ with the fix.
+
+    Engine, device nodes and count, npu-smi chip vs the image's hardware, driver version vs
+    what the image's CANN needs, NPUs held by other containers, the run's Ray ports, stale Ray,
+    nofile, /dev/shm, the interface routing to the head, disk, the image, mount sources.
+    `rlbox run` runs the same checks first and stops on a ✗.
+    """
+    req = launch.RunRequest(hosts=hosts, cluster_file=cluster_file, nodes=nodes, sim=sim, image=image, hardware=hardware,
+                            devices=devices, mounts=list(mounts), nic=nic, name=name, runs_dir=runs_dir,
+                            sim_driver=sim_driver, dry_run=True)
+    plan, _ = launch.prepare(req)
+    if plan.sim_files:
+        sim_hosts.write_hosts(plan)
+    found, took = doctor.run_checks(plan)
+    if as_json:
+        click.echo(json.dumps({"checks": doctor.as_json(found), "seconds": round(took, 3)}, indent=2))
+    else:
+        table = Table("NODE", "CHECK", "", "DETAIL", "FIX", box=None)
+        for c in found:
+            table.add_row(c.node, c.name, "[green]✓[/]" if c.ok else "[red]✗[/]", c.detail, "" if c.ok else c.fix)
+        out.print(table)
+        out.print(f"{sum(c.ok for c in found)}/{len(found)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
+    if not all(c.ok for c in found):
+        raise RlboxError(f"{sum(not c.ok for c in found)} check(s) failed", exit_code=1)
+
+
+COMMANDS = (run_cmd, validate_cmd, doctor_cmd)

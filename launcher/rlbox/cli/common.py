@@ -1,0 +1,84 @@
+"""What every command module shares: the two consoles, one-line notes, the matrix of the tree
+being worked on, and options several commands take. No command logic lives here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from rlbox.core.errors import RlboxError
+from rlbox.core.paths import find_root
+from rlbox.image import matrix as matrix_mod
+from rlbox.image import mirrors
+
+out = Console(highlight=False, soft_wrap=True)
+if not out.is_terminal:  # piped: never truncate table cells
+    out = Console(highlight=False, soft_wrap=True, width=400)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def note(line: str) -> None:
+    """One line on stderr, prefixed ``rlbox:``; the text is data, never markup."""
+    err.print(f"rlbox: {line}", markup=False, highlight=False)
+
+
+def matrix() -> matrix_mod.Matrix:
+    return matrix_mod.load(find_root())
+
+
+def matrix_if_any() -> matrix_mod.Matrix | None:
+    """The matrix when there is an rlbox tree (commands that also take plain image names)."""
+    if os.environ.get("RLBOX_ROOT"):
+        return matrix()
+    try:
+        root = find_root()
+    except RlboxError:
+        return None
+    return matrix_mod.load(root)
+
+
+def mirror_profile(m: matrix_mod.Matrix | None, name: str | None) -> mirrors.Profile | None:
+    """``--mirror NAME`` of the tree's images/mirrors.yaml (None without the option)."""
+    if name is None:
+        return None
+    if m is None:
+        raise RlboxError(f"--mirror {name} needs images/mirrors.yaml (an rlbox tree or RLBOX_ROOT)")
+    return mirrors.get(m.root, name)
+
+
+def image_ref(ref: str | None, what: str) -> str:
+    """An image reference from RELEASE:VARIANT of the matrix or a full reference."""
+    if not ref:
+        raise RlboxError(f"{what}: give --image RELEASE:VARIANT (rlbox images list) or an image reference "
+                         "(or set RLBOX_IMAGE): the work runs inside the training image")
+    image, _ = matrix().image_for(ref)
+    return image
+
+
+def print_rows(rows: list[list[str]]) -> None:
+    """A table in markdown form (| a | b |), the first row its header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+
+    def line(r: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
+
+    click.echo(line(rows[0]))
+    click.echo("| " + " | ".join("-" * w for w in widths) + " |")
+    for r in rows[1:]:
+        click.echo(line(r))
+
+
+REGISTRY = click.option("--registry", "registry_host", metavar="HOST[:PORT]",
+                        help="Registry host to use instead of the one in the name or the release's "
+                             "image.registry; the repository path is kept.")
+MIRROR = click.option("--mirror", "mirror", metavar="PROFILE",
+                      help="Mirror profile from images/mirrors.yaml whose registry to use (cn: SWR, intl: quay.io).")
+INSECURE = click.option("--insecure", is_flag=True,
+                        help="rlbox's own registry requests over plain http (loopback registries always are); "
+                             "the engine's push/pull needs the registry in its insecure-registries as well.")
+RUNS_DIR = click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+                        envvar="RLBOX_RUNS_DIR", help="Where run state and job logs are kept.")
+NAME = click.option("--name", default="verl", show_default=True, help="Run name: labels every container of the run.")

@@ -1,0 +1,91 @@
+"""What must pass before anything starts, as one hook: the verl job's Hydra config against the
+verl that will run (validate), then every node's facts (doctor). `rlbox run` calls it once the
+nodes are connected; `rlbox validate` runs the first half alone."""
+
+from __future__ import annotations
+
+from rlbox.cluster import jobs
+from rlbox.cluster.plan import RunPlan
+from rlbox.cluster.preflight import doctor as doctor_mod
+from rlbox.cluster.preflight import validate
+from rlbox.core.errors import RlboxError
+from rlbox.core.paths import find_root
+from rlbox.image import matrix
+
+
+def verl_tree(verl_version, verl_config, client, image, echo=None):
+    """Where the verl config comes from: an explicit folder or version, else the image's verl
+    (None, with a notice, when the image has none, as the simulation image)."""
+    if verl_config:
+        return validate.from_folder(verl_config)
+    if verl_version:
+        return validate.from_wheel(verl_version)
+    try:
+        return validate.from_image(client, image)
+    except RlboxError as err:
+        if "has no verl" in str(err) and echo:
+            echo(f"not validated: {err}")
+            return None
+        raise
+
+
+def report(problems, tree, warn) -> None:
+    """All but the last problem as warnings, the last as the error (one line each)."""
+    if problems:
+        for p in problems[:-1]:
+            warn(f"invalid: {p}")
+        raise RlboxError(f"invalid: {problems[-1]}  ({len(problems)} problem(s) against {tree.origin}; nothing was started)")
+
+
+def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, run_validate=True, run_doctor=True,
+                        replace=False, echo=print, warn=print):
+    """The hook `run.execute` calls once the nodes are connected: the verl job's validation,
+    then `rlbox doctor`'s checks; either stops the run before any container starts."""
+    verl_job = plan.job is not None and jobs.is_verl(list(plan.job.argv)) and run_validate
+
+    def before(nodes):
+        if verl_job:
+            tree = verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
+            if tree is not None:
+                report(validate.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node), tree, warn)
+                echo(f"job overrides valid against {tree.origin}")
+        if run_doctor:
+            checks, took = doctor_mod.run_checks(plan, nodes, replace)
+            bad = [c for c in checks if not c.ok]
+            for c in bad[:-1]:
+                warn(f"✗ {c.line()}")
+            if bad:
+                raise RlboxError(f"pre-flight: {bad[-1].line()}  ({len(bad)} failed check(s); nothing was started; "
+                                 "`rlbox doctor` shows all, --no-doctor skips)")
+            echo(f"pre-flight: {len(checks)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
+
+    return before
+
+
+def verl_argv(plan: RunPlan) -> list[str]:
+    """The plan's verl job, or the one line that says `rlbox validate` needs one."""
+    if plan.job is None or not jobs.is_verl(list(plan.job.argv)):
+        raise RlboxError("validate: give a verl job (-- python3 -m verl.trainer.main_ppo ... or --recipe NAME)")
+    return list(plan.job.argv)
+
+
+def tree_for_validation(plan: RunPlan, *, image: str | None, verl_version: str | None, verl_config,
+                        recipe, client_factory):
+    """Which verl `rlbox validate` checks against: a folder or PyPI version given, else the verl
+    in the image (given, or the recipe's release for its hardware) read through the local engine."""
+    if verl_config or verl_version:
+        return verl_tree(verl_version, verl_config, None, None)
+    m = matrix.load(find_root())
+    ref = image or (m.for_hardware(recipe.release, recipe.hardware).ref if recipe else None)
+    if not ref:
+        raise RlboxError("validate: say which verl: --image, --verl-version or --verl-config")
+    target, _ = m.image_for(ref)
+    return validate.from_image(client_factory(), target)
+
+
+def validate_plan(plan: RunPlan, tree, warn) -> str:
+    """`rlbox validate`: the plan's verl job checked against ``tree``; the summary line."""
+    argv = verl_argv(plan)
+    report(validate.check(tree, argv, len(plan.nodes), plan.npus_per_node), tree, warn)
+    return (f"valid: {argv[2] if len(argv) > 2 else ''} with {len(validate.hydra_overrides(argv))} overrides "
+            f"for {len(plan.nodes)} x {plan.npus_per_node} NPUs against {tree.origin}")

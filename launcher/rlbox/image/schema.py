@@ -1,0 +1,215 @@
+"""The schema of images/*.yaml: pydantic records for hardware profiles, releases, components
+and variants, each forbidding unknown keys. ``rlbox.image.matrix`` loads and resolves them."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from rlbox.core.config import Strict
+
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+SHORT_SHA = re.compile(r"^[0-9a-f]{7,39}$")
+PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
+NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+# Components rlbox knows, in the order they must be installed: each one may depend on those
+# before it (torch_npu needs torch; vllm-ascend needs vllm; verl needs transformers; the
+# rl-plugin patches verl). Components not listed here may stand anywhere.
+INSTALL_ORDER = (
+    "torch",
+    "torchvision",
+    "torch_npu",
+    "vllm",
+    "vllm_ascend",
+    "megatron",
+    "mindspeed",
+    "transformers",
+    "verl",
+    "rl_plugin",
+)
+
+PLATFORM_ARCH = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
+
+
+class Hardware(Strict):
+    description: str
+    chip: str = Field(description="chip part of the CANN base image tag (910b, a3)")
+    npu_smi_chip: str = Field(description="chip name `npu-smi info` prints")
+    soc_version: str
+    platforms: list[Literal["linux/arm64", "linux/amd64"]] = Field(min_length=1)
+    npus_per_node: int = Field(gt=0)
+    device_counts: list[int] = Field(default_factory=list, description="NPU counts hosts come with")
+    kubernetes_resource: str = "huawei.com/Ascend910"
+
+
+class Base(Strict):
+    image: str
+    tag: str = Field(description="format string over cann, chip, os, python (the base's Python)")
+    python: str | None = Field(
+        None, description="Python of the base image when it differs from the release's; "
+        "the release's Python is then installed from the OS packages"
+    )
+
+
+class Cann(Strict):
+    version: str = Field(description="CANN release, or `none` for an image without CANN (simulation)")
+    env_scripts: list[str] = Field(default_factory=list)
+    python_packages: list[str] = Field(
+        default_factory=list, description="what CANN's own Python tools import (te, hccl); held by later pins"
+    )
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if v == "none":
+            return v
+        if not re.fullmatch(r"\d+\.\d+\.(\d+|RC\d+)(\.\w+)?", v):
+            raise ValueError(f"'{v}' is not a CANN version such as 8.3.RC1 or 8.5.0")
+        return v
+
+    @model_validator(mode="after")
+    def _scripts(self) -> "Cann":
+        if self.version != "none" and not self.env_scripts:
+            raise ValueError("env_scripts: a CANN image needs its set_env.sh scripts listed")
+        if self.version == "none" and self.env_scripts:
+            raise ValueError("env_scripts: an image without CANN (version none) has no set_env.sh to list")
+        return self
+
+
+class Driver(Strict):
+    min: str = Field(description="oldest Ascend HDK driver the CANN version supports")
+    max: str | None = Field(None, description="newest driver known to work, when Ascend's table gives one")
+
+
+class ImageName(Strict):
+    registry: str
+    name: str
+
+
+class User(Strict):
+    name: str
+    uid: int = Field(ge=1000)
+
+
+class Component(Strict):
+    """One pinned piece of software: a PyPI release or a git source at a fixed commit."""
+
+    pip: str | None = Field(None, description="PyPI requirement pinned with ==, e.g. torch==2.7.1")
+    index_url: str | None = Field(None, description="extra index for this pip install")
+    git: str | None = None
+    commit: str | None = Field(
+        None, description="full 40-hex commit; a short SHA or none (with `ref:`) is resolved by `rlbox lock`"
+    )
+    ref: str | None = Field(None, description="tag or branch the commit belongs to; `rlbox lock` resolves it")
+    subdir: str | None = Field(None, description="install from this folder of the source")
+    install: Literal["editable", "pip", "source"] = "editable"
+    requirements: list[str] = Field(default_factory=list, description="requirement files to install first")
+    pip_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    patches: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Component":
+        if bool(self.pip) == bool(self.git):
+            raise ValueError("give exactly one source: `pip: name==version` or `git: URL` with `commit:`")
+        if self.pip:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[\w,-]+\])?==[A-Za-z0-9.+!-]+", self.pip):
+                raise ValueError(f"pip: '{self.pip}' is not pinned; write it as name==version")
+            for key in ("commit", "ref", "subdir", "requirements", "patches"):
+                if getattr(self, key):
+                    raise ValueError(f"{key}: only git components take it")
+        if self.git:
+            if not self.commit and not self.ref:
+                raise ValueError(
+                    "commit: missing pin; give the full 40-hex commit, or a `ref:` (tag) for `rlbox lock` to resolve"
+                )
+            if not re.match(r"^(https?|git|ssh|file)://", self.git):
+                raise ValueError(f"git: '{self.git}' is not a URL (https://, git://, ssh://, file://)")
+        return self
+
+    @field_validator("commit")
+    @classmethod
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not (FULL_SHA.fullmatch(v) or SHORT_SHA.fullmatch(v)):
+            raise ValueError(
+                f"'{v}' is not a commit: give the full 40-hex SHA (or at least 7 hex digits for `rlbox lock` to resolve)"
+            )
+        return v
+
+    @property
+    def pinned(self) -> bool:
+        """A PyPI pin, or a git source at a full commit (nothing left for `rlbox lock` to resolve)."""
+        return bool(self.pip) or bool(self.commit and FULL_SHA.fullmatch(self.commit))
+
+    @field_validator("patches")
+    @classmethod
+    def _patch_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not PATCH_NAME.fullmatch(name):
+                raise ValueError(f"'{name}' is not named NNNN-name.patch")
+        if v != sorted(v):
+            raise ValueError("patches must be listed in series order (NNNN ascending)")
+        return v
+
+    @property
+    def version(self) -> str | None:
+        return self.pip.split("==", 1)[1] if self.pip else None
+
+    def pin(self) -> str:
+        """One-line pin, as recorded in labels: ``torch==2.7.1`` or ``git+URL@sha``."""
+        return self.pip if self.pip else f"git+{self.git}@{self.commit or self.ref}"
+
+
+class Variant(Strict):
+    hardware: str
+    platform: Literal["linux/arm64", "linux/amd64"] | None = None
+    tag: str | None = None
+    base_tag: str | None = Field(None, description="override of the base image tag")
+    components: dict[str, Any] = Field(
+        default_factory=dict, description="per-variant overrides of component fields (e.g. x86 torch index)"
+    )
+
+
+class Release(Strict):
+    release: str
+    description: str
+    sources: list[str] = Field(default_factory=list, description="where the pins come from")
+    extends: str | None = None
+    image: ImageName
+    base: Base
+    os: str
+    python: str
+    cann: Cann
+    driver: Driver
+    system_packages: dict[Literal["apt", "dnf"], list[str]] = Field(default_factory=dict)
+    user: User
+    env: dict[str, str] = Field(default_factory=dict)
+    components: dict[str, Component] = Field(min_length=1)
+    variants: dict[str, Variant] = Field(min_length=1)
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str) -> str:
+        if not re.fullmatch(r"3\.\d+", v):
+            raise ValueError(f"'{v}' is not a Python minor version such as 3.10")
+        return v
+
+    @field_validator("components")
+    @classmethod
+    def _order(cls, v: dict[str, Component]) -> dict[str, Component]:
+        for name in v:
+            if not NAME.fullmatch(name):
+                raise ValueError(f"component name '{name}' must be lower-case letters, digits, _ . -")
+        known = [n for n in v if n in INSTALL_ORDER]
+        expected = sorted(known, key=INSTALL_ORDER.index)
+        if known != expected:
+            for got, want in zip(known, expected):
+                if got != want:
+                    raise ValueError(
+                        f"'{got}' is listed before '{want}', but installs after it "
+                        f"(order: {' -> '.join(INSTALL_ORDER)})"
+                    )
+        return v
