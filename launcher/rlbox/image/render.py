@@ -21,7 +21,9 @@ from rlbox.image import ci_workflow as workflow
 from rlbox.image.matrix import Matrix, ResolvedVariant
 
 
-def _environment(root: Path) -> jinja2.Environment:
+def environment(root: Path) -> jinja2.Environment:
+    """The Jinja environment every Dockerfile renders in: ``root/templates``, strict undefined,
+    and the ``q`` (shell quote) and ``hwformat`` (hardware placeholders) filters."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(root / "templates")),
         undefined=jinja2.StrictUndefined,
@@ -52,7 +54,7 @@ def image_json(variant: ResolvedVariant) -> str:
 
 
 def dockerfile(variant: ResolvedVariant, env: jinja2.Environment | None = None) -> str:
-    env = env or _environment(variant.root)
+    env = env or environment(variant.root)
     try:
         text = env.get_template("Dockerfile.j2").render(v=variant)
     except jinja2.TemplateError as err:
@@ -85,7 +87,7 @@ def constraints(variant: ResolvedVariant) -> str:
 
 def render_all(matrix: Matrix) -> dict[Path, str]:
     """Every generated file, keyed by its path relative to the tree's root."""
-    env = _environment(matrix.root)
+    env = environment(matrix.root)
     out: dict[Path, str] = {}
     for v in matrix.variants:
         if v.unresolved:

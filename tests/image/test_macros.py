@@ -1,0 +1,498 @@
+"""Golden strings for templates/macros.j2, one building block at a time (as hpccm tests each of
+its building blocks): every macro rendered alone, in render.environment (the environment every
+Dockerfile renders in), on small explicit inputs built with the real models of rlbox.image.matrix,
+and compared with the exact text written below. A change to a macro fails here with a line diff.
+
+The steps Dockerfile.j2 writes inline (user, venv, CANN environment, runtime environment) are
+not macros; the last section renders Dockerfile.j2 whole and compares those steps one by one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import textwrap
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from rlbox.core.errors import RlboxError
+from rlbox.image import render
+from rlbox.image.matrix import (
+    Component,
+    Hardware,
+    PatchFile,
+    Release,
+    ResolvedComponent,
+    ResolvedVariant,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+A2 = Hardware(
+    description="Atlas 800T A2, for the macro tests", chip="910b", npu_smi_chip="910B",
+    soc_version="ascend910b1", platforms=["linux/arm64", "linux/amd64"], npus_per_node=8,
+)
+VERL_PATCH_SHA = "5d41402abc4b2a76b9719d911017c592ae1f5c1e0c1b5e8f1e5a4c2b9d6e3f70"
+VERL_PATCH2_SHA = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
+
+
+def variant(*, os: str = "ubuntu22.04", platform: str = "linux/arm64", python: str = "3.11",
+            base_python: str | None = None, cann: dict | None = None, env: dict | None = None,
+            system_packages: dict | None = None, components: tuple[ResolvedComponent, ...] = ()
+            ) -> ResolvedVariant:
+    """A variant of a one-release matrix, ``images/macros.yaml``, on the A2 profile above."""
+    release = Release.model_validate({
+        "release": "macros",
+        "description": "macro golden tests",
+        "image": {"registry": "localhost/rlbox", "name": "macros"},
+        "base": {"image": "quay.io/ascend/cann", "tag": "{cann}-{chip}-{os}-py{python}",
+                 **({"python": base_python} if base_python else {})},
+        "os": os,
+        "python": python,
+        "cann": cann or {"version": "8.3.RC1", "env_scripts": ["/usr/local/Ascend/ascend-toolkit/set_env.sh"]},
+        "driver": {"min": "25.3.RC1"},
+        "system_packages": system_packages or {"apt": ["git", "patch"], "dnf": ["git", "patch"]},
+        "user": {"name": "rlbox", "uid": 1001},
+        "env": env or {},
+        "components": {"torch": {"pip": "torch==2.7.1"}},
+        "variants": {"a2": {"hardware": "a2", "platform": platform}},
+    })
+    return ResolvedVariant(release, "a2", release.variants["a2"], "a2", A2, platform,
+                           REPO / "images" / "macros.yaml", REPO, components)
+
+
+def comp(name: str, patches: tuple[PatchFile, ...] = (), **fields) -> ResolvedComponent:
+    return ResolvedComponent(name, Component(**fields), patches)
+
+
+def patch(component: str, name: str, sha256: str) -> PatchFile:
+    return PatchFile(component, name, REPO / "patches" / component / name, sha256)
+
+
+@pytest.fixture(scope="module")
+def env() -> jinja2.Environment:
+    return render.environment(REPO)
+
+
+@pytest.fixture(scope="module")
+def m(env):
+    """templates/macros.j2 as Dockerfile.j2 imports it: each macro is an attribute."""
+    return env.get_template("macros.j2").module
+
+
+ARM = variant()
+X86 = variant(platform="linux/amd64")
+DNF = variant(os="openeuler22.03")
+
+
+def assert_golden(rendered: str, golden: str) -> None:
+    """``rendered`` is exactly ``golden``, a block written indented in the test (dedented here,
+    without its first and last newline); else fail with a line diff, whatever pytest's verbosity."""
+    __tracebackhide__ = True
+    want = textwrap.dedent(golden).removeprefix("\n").removesuffix("\n")
+    if rendered != want:
+        diff = difflib.unified_diff(want.splitlines(), rendered.splitlines(), "golden", "rendered", lineterm="")
+        pytest.fail("rendered text differs from the golden string (- golden, + rendered):\n" + "\n".join(diff))
+
+
+def test_every_macro_has_a_golden_test(env):
+    source = env.loader.get_source(env, "macros.j2")[0]
+    macros = {node.name for node in env.parse(source).find_all(jinja2.nodes.Macro)}
+    assert macros, "no macro found in templates/macros.j2"
+    untested = sorted(name for name in macros if not any(t.startswith(f"test_{name}_") for t in globals()))
+    assert not untested, f"macros.j2 macros without a golden test here (test_<macro>_...): {untested}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Mounts.
+
+
+def test_sources_mount_binds_the_source_cache(m):
+    assert m.sources_mount() == "--mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources"
+
+
+def test_network_mounts_arm(m):
+    assert_golden(m.network_mounts(ARM), r"""
+        --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources
+    """)
+
+
+def test_network_mounts_x86_has_its_own_pip_cache(m):
+    assert_golden(m.network_mounts(X86), r"""
+        --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-x86_64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources
+    """)
+
+
+# ---------------------------------------------------------------------------------------------
+# System packages: the variant's list, with jemalloc (and the OS's Python when the base lacks it).
+
+
+def test_system_packages_apt(m):
+    assert_golden(m.system_packages(ARM, ARM.system_packages), r"""
+        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-system-packages apt git patch libjemalloc2
+    """)
+
+
+def test_system_packages_apt_with_python_from_the_os(m):
+    v = variant(python="3.10", base_python="3.11")
+    assert_golden(m.system_packages(v, v.system_packages), r"""
+        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-system-packages apt git patch libjemalloc2 python3.10 python3.10-venv python3.10-dev
+    """)
+
+
+def test_system_packages_dnf(m):
+    v = variant(os="openeuler22.03", system_packages={"apt": ["git"], "dnf": ["git", "patch", "gcc-c++"]})
+    assert_golden(m.system_packages(v, v.system_packages), r"""
+        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-system-packages dnf git patch gcc-c++ jemalloc
+    """)
+
+
+# ---------------------------------------------------------------------------------------------
+# Components, one install form each.
+
+
+def test_component_pip_pin(m):
+    assert_golden(m.component(ARM, comp("torch", pip="torch==2.7.1")), r"""
+        # ---- torch: torch==2.7.1
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-pin torch==2.7.1
+    """)
+
+
+def test_component_pip_with_extras_is_shell_quoted(m):
+    assert_golden(m.component(ARM, comp("ray", pip="ray[default]==2.60.0")), r"""
+        # ---- ray: ray[default]==2.60.0
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-pin 'ray[default]==2.60.0'
+    """)
+
+
+def test_component_pip_with_index_url(m):
+    torch = comp("torch", pip="torch==2.7.1+cpu", index_url="https://download.pytorch.org/whl/cpu")
+    assert_golden(m.component(X86, torch), r"""
+        # ---- torch: torch==2.7.1+cpu
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-x86_64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-pin torch==2.7.1+cpu --extra-index-url https://download.pytorch.org/whl/cpu
+    """)
+
+
+def test_component_pip_with_pip_args(m):
+    torch_npu = comp("torch_npu", pip="torch-npu==2.7.1", pip_args=["--no-deps", "--config-settings=a b"])
+    assert_golden(m.component(ARM, torch_npu), r"""
+        # ---- torch_npu: torch-npu==2.7.1
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-pin torch-npu==2.7.1 --no-deps '--config-settings=a b'
+    """)
+
+
+def test_component_pip_with_env(m):
+    ray = comp("ray", pip="ray==2.60.0", env={"RAY_DISABLE_DOCKER_CPU_WARNING": "1"})
+    assert_golden(m.component(ARM, ray), r"""
+        # ---- ray: ray==2.60.0
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            env RAY_DISABLE_DOCKER_CPU_WARNING=1 rlbox-pin ray==2.60.0
+    """)
+
+
+def test_component_git_editable(m):
+    mindspeed = comp("mindspeed", git="https://github.com/Ascend/MindSpeed.git",
+                     commit="1cdd0abd75e40936ad31721c092f57c695dd72c4")
+    assert_golden(m.component(ARM, mindspeed), r"""
+        # ---- mindspeed: git+https://github.com/Ascend/MindSpeed.git@1cdd0abd75e40936ad31721c092f57c695dd72c4
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-git-fetch mindspeed https://github.com/Ascend/MindSpeed.git 1cdd0abd75e40936ad31721c092f57c695dd72c4 \
+         && rlbox-pip -e /opt/rlbox/src/mindspeed
+    """)
+
+
+def test_component_git_install_pip(m):
+    transformers = comp("transformers", git="https://github.com/huggingface/transformers.git",
+                        commit="8365f70e9259c21058bf18f876006f945d2a99de", install="pip")
+    assert_golden(m.component(ARM, transformers), r"""
+        # ---- transformers: git+https://github.com/huggingface/transformers.git@8365f70e9259c21058bf18f876006f945d2a99de
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-git-fetch transformers https://github.com/huggingface/transformers.git 8365f70e9259c21058bf18f876006f945d2a99de \
+         && rlbox-pip /opt/rlbox/src/transformers
+    """)
+
+
+def test_component_git_install_source_with_ref(m):
+    megatron = comp("megatron", git="https://github.com/NVIDIA/Megatron-LM.git",
+                    commit="a845aa7e12b3a117e24c2352b9e3e60bad2e3a17", ref="core_v0.12.1", install="source")
+    assert_golden(m.component(ARM, megatron), r"""
+        # ---- megatron: git+https://github.com/NVIDIA/Megatron-LM.git@a845aa7e12b3a117e24c2352b9e3e60bad2e3a17 (core_v0.12.1)
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-git-fetch megatron https://github.com/NVIDIA/Megatron-LM.git a845aa7e12b3a117e24c2352b9e3e60bad2e3a17 core_v0.12.1 \
+         && echo /opt/rlbox/src/megatron > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rlbox-megatron.pth"
+    """)
+
+
+def test_component_git_with_subdir_and_env(m):
+    rl_plugin = comp("rl_plugin", git="https://github.com/Ascend/MindSpeed-RL.git",
+                     commit="194b52b7b34b69963f21bee0d13d01c155cd2db2", ref="v2.2.0", subdir="rl-plugin",
+                     env={"VERL_PATH": "/opt/rlbox/src/verl"})
+    assert_golden(m.component(ARM, rl_plugin), r"""
+        # ---- rl_plugin: git+https://github.com/Ascend/MindSpeed-RL.git@194b52b7b34b69963f21bee0d13d01c155cd2db2 (v2.2.0)
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-git-fetch rl_plugin https://github.com/Ascend/MindSpeed-RL.git 194b52b7b34b69963f21bee0d13d01c155cd2db2 v2.2.0 \
+         && env VERL_PATH=/opt/rlbox/src/verl rlbox-pip -e /opt/rlbox/src/rl_plugin/rl-plugin
+    """)
+
+
+def test_component_git_with_subdir_install_source(m):
+    plugin = comp("plugin", git="https://example.com/plugin.git",
+                  commit="0123456789abcdef0123456789abcdef01234567", subdir="python pkg", install="source")
+    assert_golden(m.component(ARM, plugin), r"""
+        # ---- plugin: git+https://example.com/plugin.git@0123456789abcdef0123456789abcdef01234567
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-git-fetch plugin https://example.com/plugin.git 0123456789abcdef0123456789abcdef01234567 \
+         && echo '/opt/rlbox/src/plugin/python pkg' > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rlbox-plugin.pth"
+    """)
+
+
+def test_component_git_with_requirements_and_env(m):
+    vllm = comp("vllm", git="https://github.com/vllm-project/vllm.git",
+                commit="38217877aa70041c0115ee367b75197af9cbc5ad",
+                requirements=["requirements/build.txt", "requirements/common.txt"],
+                env={"VLLM_TARGET_DEVICE": "empty"})
+    assert_golden(m.component(ARM, vllm), r"""
+        # ---- vllm: git+https://github.com/vllm-project/vllm.git@38217877aa70041c0115ee367b75197af9cbc5ad
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-git-fetch vllm https://github.com/vllm-project/vllm.git 38217877aa70041c0115ee367b75197af9cbc5ad \
+         && rlbox-pip -r /opt/rlbox/src/vllm/requirements/build.txt \
+         && rlbox-pip -r /opt/rlbox/src/vllm/requirements/common.txt \
+         && env VLLM_TARGET_DEVICE=empty rlbox-pip -e /opt/rlbox/src/vllm
+    """)
+
+
+def test_component_git_with_requirements_in_a_subdir(m):
+    plugin = comp("plugin", git="https://example.com/plugin.git",
+                  commit="0123456789abcdef0123456789abcdef01234567", subdir="rl-plugin",
+                  requirements=["requirements.txt"], install="pip")
+    assert_golden(m.component(ARM, plugin), r"""
+        # ---- plugin: git+https://example.com/plugin.git@0123456789abcdef0123456789abcdef01234567
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-git-fetch plugin https://example.com/plugin.git 0123456789abcdef0123456789abcdef01234567 \
+         && rlbox-pip -r /opt/rlbox/src/plugin/rl-plugin/requirements.txt \
+         && rlbox-pip /opt/rlbox/src/plugin/rl-plugin
+    """)
+
+
+def test_component_git_with_hardware_env_and_pip_args(m):
+    vllm_ascend = comp("vllm_ascend", git="https://github.com/vllm-project/vllm-ascend.git",
+                       commit="1de16ead8eecfec8903ec1b330b27a4fa2593c35", pip_args=["--no-build-isolation"],
+                       env={"COMPILE_CUSTOM_KERNELS": "1", "SOC_VERSION": "{SOC_VERSION}",
+                            "TARGET": "{chip}-{soc_version}-{arch}", "CFLAGS": "-O2 -g"})
+    assert_golden(m.component(ARM, vllm_ascend), r"""
+        # ---- vllm_ascend: git+https://github.com/vllm-project/vllm-ascend.git@1de16ead8eecfec8903ec1b330b27a4fa2593c35
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-git-fetch vllm_ascend https://github.com/vllm-project/vllm-ascend.git 1de16ead8eecfec8903ec1b330b27a4fa2593c35 \
+         && env COMPILE_CUSTOM_KERNELS=1 SOC_VERSION=ASCEND910B1 TARGET=910b-ascend910b1-aarch64 CFLAGS='-O2 -g' rlbox-pip -e /opt/rlbox/src/vllm_ascend --no-build-isolation
+    """)
+
+
+def test_component_git_with_patches(m):
+    verl = comp("verl", git="https://github.com/volcengine/verl.git",
+                commit="796871d7d092f7cbc6a64e7f4a3796f7a2217f5e",
+                patches=(patch("verl", "0001-import-verl-npu-plugin.patch", VERL_PATCH_SHA),
+                         patch("verl", "0002-fix-npu-device.patch", VERL_PATCH2_SHA)),
+                )
+    assert_golden(m.component(ARM, verl), r"""
+        # ---- verl: git+https://github.com/volcengine/verl.git@796871d7d092f7cbc6a64e7f4a3796f7a2217f5e
+        COPY patches/verl/0001-import-verl-npu-plugin.patch patches/verl/0002-fix-npu-device.patch /opt/rlbox/patches/verl/
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-git-fetch verl https://github.com/volcengine/verl.git 796871d7d092f7cbc6a64e7f4a3796f7a2217f5e \
+         && rlbox-apply-patches verl 5d41402abc4b2a76b9719d911017c592ae1f5c1e0c1b5e8f1e5a4c2b9d6e3f70=0001-import-verl-npu-plugin.patch 0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9=0002-fix-npu-device.patch \
+         && rlbox-pip -e /opt/rlbox/src/verl
+    """)
+
+
+def test_component_git_with_everything_in_install_order(m):
+    # patches, then requirements, then the install (with env and pip_args), all in one RUN
+    kitchen = comp("kitchen", git="https://example.com/kitchen.git",
+                   commit="0123456789abcdef0123456789abcdef01234567", ref="v1.0", subdir="src",
+                   requirements=["reqs.txt"], install="pip", pip_args=["--no-deps"], env={"A": "1"},
+                   patches=(patch("kitchen", "0001-sink.patch", VERL_PATCH_SHA),))
+    assert_golden(m.component(ARM, kitchen), r"""
+        # ---- kitchen: git+https://example.com/kitchen.git@0123456789abcdef0123456789abcdef01234567 (v1.0)
+        COPY patches/kitchen/0001-sink.patch /opt/rlbox/patches/kitchen/
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-git-fetch kitchen https://example.com/kitchen.git 0123456789abcdef0123456789abcdef01234567 v1.0 \
+         && rlbox-apply-patches kitchen 5d41402abc4b2a76b9719d911017c592ae1f5c1e0c1b5e8f1e5a4c2b9d6e3f70=0001-sink.patch \
+         && rlbox-pip -r /opt/rlbox/src/kitchen/src/reqs.txt \
+         && env A=1 rlbox-pip /opt/rlbox/src/kitchen/src --no-deps
+    """)
+
+
+def test_component_env_with_an_unknown_placeholder_names_the_manifest(m):
+    bad = comp("vllm_ascend", git="https://github.com/vllm-project/vllm-ascend.git",
+               commit="1de16ead8eecfec8903ec1b330b27a4fa2593c35", env={"SOC_VERSION": "{soc}"})
+    with pytest.raises(RlboxError) as err:
+        m.component(ARM, bad)
+    assert str(err.value) == (
+        "images/macros.yaml: component env value '{soc}' has an unknown placeholder 'soc'; "
+        "use {soc_version}, {SOC_VERSION}, {chip} or {arch}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The helpers component() is made of.
+
+
+def test_src_is_the_checkout(m):
+    c = comp("verl", git="https://github.com/volcengine/verl.git", commit="796871d7d092f7cbc6a64e7f4a3796f7a2217f5e")
+    assert m.src(c) == "/opt/rlbox/src/verl"
+
+
+def test_src_with_subdir(m):
+    c = comp("rl_plugin", git="https://github.com/Ascend/MindSpeed-RL.git",
+             commit="194b52b7b34b69963f21bee0d13d01c155cd2db2", subdir="rl-plugin")
+    assert m.src(c) == "/opt/rlbox/src/rl_plugin/rl-plugin"
+
+
+def test_env_prefix_empty_without_env(m):
+    assert m.env_prefix(ARM, comp("torch", pip="torch==2.7.1")) == ""
+
+
+def test_env_prefix_formats_hardware_and_quotes(m):
+    c = comp("x", pip="x==1", env={"SOC_VERSION": "{SOC_VERSION}", "ARCH": "{arch}", "MSG": "a b"})
+    assert m.env_prefix(X86, c) == "env SOC_VERSION=ASCEND910B1 ARCH=x86_64 MSG='a b' "
+
+
+def test_pip_args_empty(m):
+    assert m.pip_args(comp("torch", pip="torch==2.7.1")) == ""
+
+
+def test_pip_args_each_quoted_with_a_leading_space(m):
+    c = comp("x", pip="x==1", pip_args=["--no-deps", "--no-build-isolation", "--config-settings=k=v w"])
+    assert m.pip_args(c) == " --no-deps --no-build-isolation '--config-settings=k=v w'"
+
+
+# ---------------------------------------------------------------------------------------------
+# Dockerfile.j2's inline steps (no macros of their own): rendered whole, compared step by step.
+# A step is a paragraph of the rendered Dockerfile (render.dockerfile collapses blank lines).
+
+
+def step(variant_: ResolvedVariant, heading: str, env_: jinja2.Environment) -> str:
+    paragraphs = render.dockerfile(variant_, env_).split("\n\n")
+    found = [p for p in paragraphs if p.startswith(heading)]
+    assert len(found) == 1, f"{len(found)} steps start with {heading!r} in:\n" + "\n\n".join(paragraphs)
+    return found[0]
+
+
+def test_dockerfile_user_step(env):
+    assert_golden(step(ARM, "# ---- Non-root user", env), r"""
+        # ---- Non-root user for production runs (NPU device access needs its group on the host)
+        RUN useradd --uid 1001 --user-group --create-home --home-dir /var/lib/rlbox \
+                --shell /bin/bash rlbox
+    """)
+
+
+def test_dockerfile_venv_step_on_the_base_python(env):
+    assert_golden(step(ARM, "# ---- Python", env), r"""
+        # ---- Python 3.11 venv outside /home (users mount /home over the image's)
+        ENV VIRTUAL_ENV=/opt/rlbox/venv PATH=/opt/rlbox/venv/bin:$PATH
+        # Every pip install below runs under these constraints: the lock's versions, then each pin.
+        COPY dockerfiles/macros/a2/constraints.txt /etc/rlbox/constraints.txt
+        RUN python3 -m venv --system-site-packages /opt/rlbox/venv \
+         && mkdir -p /opt/rlbox/src \
+         && touch /etc/rlbox/patches.applied
+    """)
+
+
+def test_dockerfile_venv_step_on_the_os_python_with_cann_packages(env):
+    v = variant(python="3.10", base_python="3.11",
+                cann={"version": "8.3.RC1", "env_scripts": ["/usr/local/Ascend/ascend-toolkit/set_env.sh"],
+                      "python_packages": ["attrs", "numpy<2"]})
+    assert_golden(step(v, "# ---- Python", env), r"""
+        # ---- Python 3.10 venv outside /home (users mount /home over the image's)
+        ENV VIRTUAL_ENV=/opt/rlbox/venv PATH=/opt/rlbox/venv/bin:$PATH
+        # Every pip install below runs under these constraints: the lock's versions, then each pin.
+        COPY dockerfiles/macros/a2/constraints.txt /etc/rlbox/constraints.txt
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            /usr/bin/python3.10 -m venv --system-site-packages /opt/rlbox/venv \
+         && mkdir -p /opt/rlbox/src \
+         && touch /etc/rlbox/patches.applied \
+         && rlbox-pip attrs 'numpy<2'
+    """)
+
+
+def test_dockerfile_cann_env_step(env):
+    v = variant(cann={"version": "8.3.RC1", "env_scripts": ["/usr/local/Ascend/ascend-toolkit/set_env.sh",
+                                                             "/usr/local/Ascend/nnal/atb/set_env.sh"]})
+    assert_golden(step(v, "# ---- CANN", env), r"""
+        # ---- CANN 8.3.RC1 environment for every process: login shells, interactive
+        # shells, non-interactive bash (BASH_ENV: Ray workers, `docker exec c bash -c`) and the entrypoint.
+        RUN rlbox-env-snapshot /usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/nnal/atb/set_env.sh > /etc/rlbox/env.sh \
+         && ln -s /etc/rlbox/env.sh /etc/profile.d/zz-rlbox-cann.sh \
+         && echo '. /etc/rlbox/env.sh' >> /etc/bash.bashrc
+        ENV BASH_ENV=/etc/rlbox/env.sh
+    """)
+
+
+def test_dockerfile_cann_env_step_without_cann_on_dnf(env):
+    v = variant(os="openeuler22.03", cann={"version": "none"})
+    assert_golden(step(v, "# ---- No CANN", env), r"""
+        # ---- No CANN in this image: /etc/rlbox/env.sh stays empty, wired the same way as in CANN images.
+        RUN echo '# no CANN in this image' > /etc/rlbox/env.sh \
+         && ln -s /etc/rlbox/env.sh /etc/profile.d/zz-rlbox-cann.sh \
+         && echo '. /etc/rlbox/env.sh' >> /etc/bashrc
+        ENV BASH_ENV=/etc/rlbox/env.sh
+    """)
+
+
+def test_dockerfile_runtime_env_step_jemalloc_apt_arm(env):
+    v = variant(env={"HF_ENDPOINT": "https://hf-mirror.com", "HCCL_CONNECT_TIMEOUT": "1800", "MSG": "a b"})
+    assert_golden(step(v, "# ---- Runtime environment", env), r"""
+        # ---- Runtime environment
+        ENV LD_PRELOAD=/usr/lib/aarch64-linux-gnu/libjemalloc.so.2 \
+            HF_ENDPOINT=${HF_ENDPOINT} \
+            HCCL_CONNECT_TIMEOUT=1800 \
+            MSG='a b'
+    """)
+
+
+def test_dockerfile_runtime_env_step_jemalloc_apt_x86(env):
+    assert_golden(step(X86, "# ---- Runtime environment", env), r"""
+        # ---- Runtime environment
+        ENV LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
+            HF_ENDPOINT=${HF_ENDPOINT}
+    """)
+
+
+def test_dockerfile_runtime_env_step_jemalloc_dnf(env):
+    assert_golden(step(DNF, "# ---- Runtime environment", env), r"""
+        # ---- Runtime environment
+        ENV LD_PRELOAD=/usr/lib64/libjemalloc.so.2 \
+            HF_ENDPOINT=${HF_ENDPOINT}
+    """)
+
+
+def test_dockerfile_system_packages_step_uses_the_macro(env):
+    assert_golden(step(DNF, "# ---- System packages", env), r"""
+        # ---- System packages: git and patch for sources, jemalloc, build tools
+        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-system-packages dnf git patch jemalloc
+    """)
