@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import selftest  # noqa: E402
+from support import selftest  # noqa: E402
 from rlbox.image import matrix  # noqa: E402
 from rlbox.image import render
 

@@ -1,5 +1,8 @@
 """Shared fixtures. Engine tests use a real Docker engine with buildx; under CI=true they must
-run (a missing engine fails them), elsewhere they skip with the reason."""
+run (a missing engine fails them), elsewhere they skip with the reason.
+
+Tests are laid out as the package is (tests/core, image, registry, cluster, training); helpers
+they share live in tests/support/ (imported as ``support``)."""
 
 from __future__ import annotations
 
@@ -12,9 +15,39 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import selftest  # noqa: E402
+from support import selftest  # noqa: E402
 
 REPO = selftest.REPO
+
+
+@pytest.fixture(scope="session")
+def m():
+    """The matrix of this checkout (images/)."""
+    from rlbox.image import matrix
+
+    return matrix.load(REPO)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of the rlbox tree (images, templates, patches, dockerfiles, .github) to edit."""
+    for d in ("images", "templates", "patches", "dockerfiles", ".github"):
+        shutil.copytree(REPO / d, tmp_path / d)
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def client(engine):
+    """A docker-py client of the engine the tests use."""
+    import docker
+
+    return docker.from_env()
+
+
+@pytest.fixture
+def runs(tmp_path, sim_image):
+    """A runs folder for simulated runs (the simulation image is there)."""
+    return tmp_path / "runs"
 
 
 def rlbox(*args, cwd=None, env=None, check=False) -> subprocess.CompletedProcess:
@@ -95,7 +128,7 @@ def sim_image(engine):
 def workflow_image(sim_image, tmp_path_factory):
     """The workflow test image (tests/workflow_image.py), built once through `rlbox build` when
     no image of its current manifest digest is on the engine."""
-    import workflow_image as wf
+    from support import workflow_image as wf
 
     image = wf.image()
     if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0:

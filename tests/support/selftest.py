@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 BASE_IMAGE = "rlbox/debian:bookworm"
 CANN_SIM_IMAGE = "rlbox-test/cann-sim:bookworm"

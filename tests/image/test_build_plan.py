@@ -12,11 +12,6 @@ from rlbox.image import matrix
 from rlbox.core.errors import RlboxError
 
 
-@pytest.fixture(scope="module")
-def m():
-    return matrix.load(REPO)
-
-
 def test_dry_run_prints_the_exact_command():
     proc = rlbox(
         "build", "verl_pt27_25rc3:a3-arm", "--dry-run",

@@ -28,11 +28,6 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 DIGEST = "sha256:" + "ab" * 32
 
 
-@pytest.fixture(scope="module")
-def m():
-    return matrix.load(REPO)
-
-
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("text,registry,repository,tag,digest", [
     ("swr.cn-south-1.myhuaweicloud.com/ascendhub/verl_pt27_25rc3:a3-arm",

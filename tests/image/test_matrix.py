@@ -13,11 +13,6 @@ from rlbox.image import matrix, schema
 from rlbox.core.errors import RlboxError
 
 
-@pytest.fixture(scope="module")
-def m():
-    return matrix.load(REPO)
-
-
 def test_flagship_pins_exactly_as_the_image_guide(m):
     for variant in ("a2-arm", "a3-arm", "ax-x86"):
         v = m.get(f"verl_pt27_25rc3:{variant}")
@@ -100,13 +95,6 @@ BAD = [
     ("missing field", "driver", _DELETE,
      "images/verl_pt27_25rc3.yaml: driver: missing; this field is required"),
 ]
-
-
-@pytest.fixture
-def tree(tmp_path):
-    for d in ("images", "templates", "patches"):
-        shutil.copytree(REPO / d, tmp_path / d)
-    return tmp_path
 
 
 @pytest.mark.parametrize("case,path,value,expected", BAD, ids=[b[0] for b in BAD])

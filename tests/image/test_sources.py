@@ -8,17 +8,12 @@ import json
 import docker
 import pytest
 
-import selftest
+from support import selftest
 from conftest import rlbox
 
 pytestmark = pytest.mark.engine
 
 OFFLINE_TAG = "localhost/rlbox-test/selftest:offline"
-
-
-@pytest.fixture(scope="module")
-def client(engine):
-    return docker.from_env()
 
 
 def _sbom(client, image):

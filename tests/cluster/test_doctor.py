@@ -14,11 +14,6 @@ from rlbox.cluster.plan import ports_for
 pytestmark = pytest.mark.engine
 
 
-@pytest.fixture
-def runs(tmp_path, sim_image):
-    return tmp_path / "runs"
-
-
 def doctor(runs, *args):
     proc = rlbox("doctor", "--sim", "--hardware", "a3", "--runs-dir", runs, "--json", *args)
     data = json.loads(proc.stdout) if proc.stdout.strip() else {"checks": []}

@@ -13,34 +13,17 @@ import docker
 import pytest
 
 from conftest import REPO, rlbox
-from sshd import SshServer
+from support.engine import leftovers, remove_test_runs
+from support.sshd import SshServer
 
 pytestmark = pytest.mark.engine
-
-
-@pytest.fixture
-def runs(tmp_path, sim_image):
-    return tmp_path / "runs"
 
 
 @pytest.fixture(autouse=True)
 def no_leftovers_between_tests():
     """Whatever a failing test leaves behind must not fail the next one."""
     yield
-    client = docker.from_env()
-    for box in client.containers.list(all=True, filters={"label": "io.rlbox.managed=true"}):
-        if box.labels.get("io.rlbox.run", "").startswith("t-"):
-            box.remove(force=True)
-    for net in client.networks.list(filters={"label": "io.rlbox.managed=true"}):
-        if net.name.startswith("rlbox-t-"):
-            net.remove()
-
-
-def leftovers(name):
-    client = docker.from_env()
-    boxes = client.containers.list(all=True, filters={"label": f"io.rlbox.run={name}"})
-    nets = client.networks.list(names=[f"rlbox-{name}"])
-    return [b.name for b in boxes] + [n.name for n in nets]
+    remove_test_runs("t-")
 
 
 def smoke_lines(stdout):

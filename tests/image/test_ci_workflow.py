@@ -27,11 +27,6 @@ WORKFLOW = REPO / ".github" / "workflows" / "images.yml"
 
 
 @pytest.fixture(scope="module")
-def m():
-    return matrix.load(REPO)
-
-
-@pytest.fixture(scope="module")
 def doc():
     return yaml.safe_load(WORKFLOW.read_text())
 
@@ -229,13 +224,6 @@ def test_tag_step_tags_the_digest_human_and_immutable(doc, tmp_path):
         f"buildx imagetools create --tag {repo}:a3-arm --tag {repo}:a3-arm-{sha[:12]} {repo}@{digest}"
     ]
     assert f"{repo}@{digest}" in (tmp_path / "summary").read_text()
-
-
-@pytest.fixture
-def tree(tmp_path):
-    for d in ("images", "templates", "patches", "dockerfiles", ".github"):
-        shutil.copytree(REPO / d, tmp_path / d)
-    return tmp_path
 
 
 def test_a_new_variant_makes_the_workflow_stale(tree):

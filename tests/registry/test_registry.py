@@ -475,7 +475,7 @@ def test_diff_reads_the_records_from_the_registry(registry, selftest_image):
 
 
 def test_lock_pins_the_base_by_its_registry_digest(registry, tmp_path, fixture_git, ca_bundle, engine, monkeypatch):
-    import selftest
+    from support import selftest
 
     # Logged in the way CI's docker/login-action leaves it: the Docker config. The lock (run in
     # this process by selftest.make_tree) and BuildKit's pull of the base both use it.

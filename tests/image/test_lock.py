@@ -9,20 +9,13 @@ import shutil
 import pytest
 import yaml
 
-import selftest
+from support import selftest
 from conftest import REPO, rlbox
 from rlbox.image import lockfile as lock
 from rlbox.image import resolve
 from rlbox.image import matrix
 from rlbox.image import render
 from rlbox.core.errors import RlboxError
-
-
-@pytest.fixture
-def tree(tmp_path):
-    for d in ("images", "templates", "patches", "dockerfiles"):
-        shutil.copytree(REPO / d, tmp_path / d)
-    return tmp_path
 
 
 def _edit_yaml(path, fn):

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import yaml
 
-import selftest
+from support import selftest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WHEEL_DIRS = (Path("/opt/wheels"), Path("/opt/pypi-more/files"))
 INDEX_PORT = 38461  # fixed: it is part of the Dockerfile text, so the layer cache survives sessions
 VARIANT = "arm64" if platform.machine() in ("aarch64", "arm64") else "amd64"

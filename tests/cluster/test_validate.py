@@ -9,7 +9,7 @@ from pathlib import Path
 import docker
 import pytest
 
-import selftest
+from support import selftest
 from conftest import rlbox
 from rlbox.cluster import recipes
 from rlbox.cluster.preflight import validate

@@ -15,11 +15,6 @@ from rlbox.image import matrix
 from rlbox.image import render
 
 
-@pytest.fixture(scope="module")
-def m():
-    return matrix.load(REPO)
-
-
 def test_committed_dockerfiles_are_current():
     proc = rlbox("render", "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -81,13 +76,6 @@ def test_hadolint_clean():
     files = sorted(str(p) for p in (REPO / "dockerfiles").rglob("Dockerfile"))
     proc = subprocess.run(["hadolint", *files], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-@pytest.fixture
-def tree(tmp_path):
-    for d in ("images", "templates", "patches", "dockerfiles"):
-        shutil.copytree(REPO / d, tmp_path / d)
-    return tmp_path
 
 
 def test_check_lists_stale_missing_and_orphaned(tree):

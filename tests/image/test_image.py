@@ -14,15 +14,10 @@ import tarfile
 import docker
 import pytest
 
-import selftest
+from support import selftest
 from conftest import rlbox
 
 pytestmark = pytest.mark.engine
-
-
-@pytest.fixture(scope="module")
-def client(engine):
-    return docker.from_env()
 
 
 def sh(client, image, script, entrypoint=None, user=None):
