@@ -9,7 +9,6 @@ else (ports, limits, shared memory, disk, image, paths) is the machine's own.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -17,40 +16,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rlbox.core import npu
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.hosts import Node, connect, on_every, ssh_base, ssh_target
 from rlbox.cluster.plan import LABEL_RUN, NodePlan, RunPlan
 
-CHIP_HARDWARE = (("Ascend910", "a3"), ("910B", "a2"))  # npu-smi Name column -> hardware
-NPU_SMI_ENV = "RLBOX_NPU_SMI"  # the npu-smi command on this machine (tests point it at a stand-in)
 SHM_MIN_GIB = 4
 DISK_MIN_GIB = 20
-
-
-def npu_smi_argv() -> list[str]:
-    """`npu-smi info` on this machine: ``$RLBOX_NPU_SMI`` (a command, split like a shell) or npu-smi."""
-    return [*shlex.split(os.environ.get(NPU_SMI_ENV) or "npu-smi"), "info"]
-
-
-def chip_name(table: str) -> str | None:
-    """The Name column of the first NPU row of `npu-smi info` (910B3, Ascend910, ...)."""
-    names = re.findall(r"^\|\s*\d+\s+(\S+)\s+\|\s*(?:OK|Warning|Alarm|Critical)", table, re.M)
-    return names[0] if names else None
-
-
-def local_chip() -> tuple[str | None, str]:
-    """This machine's NPU chip from `npu-smi info`: (chip, "") or (None, why not)."""
-    argv = npu_smi_argv()
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except FileNotFoundError:
-        return None, f"{argv[0]} not found (no Ascend driver on this host?)"
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return None, f"{shlex.join(argv)} failed: {err}"
-    if proc.returncode != 0:
-        return None, f"{shlex.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:200]}"
-    chip = chip_name(proc.stdout)
-    return (chip, "") if chip else (None, f"{shlex.join(argv)} printed no NPU row")
 
 
 @dataclass(frozen=True)
@@ -63,16 +35,6 @@ class Check:
 
     def line(self) -> str:
         return f"{self.node}: {'✓' if self.ok else '✗'} {self.name}: {self.detail}" + (f" -> {self.fix}" if self.fix and not self.ok else "")
-
-
-def _version_key(text: str) -> tuple:
-    """25.3.rc1 < 25.3.rc2 < 25.3.0 < 25.3.1 < 25.5.rc1 (Ascend HDK numbering)."""
-    parts = text.lower().split(".")
-    out = []
-    for p in parts[:3]:
-        m = re.fullmatch(r"rc(\d+)", p)
-        out.append((0, int(m.group(1))) if m else (1, int(p)) if p.isdigit() else (0, 0))
-    return tuple(out)
 
 
 @dataclass
@@ -105,7 +67,7 @@ class HostView:
         if self.stand_ins is not None:
             argv = [str(self.stand_ins / "npu-smi"), "info"]
         else:
-            argv = npu_smi_argv() if self.host.local else ["npu-smi", "info"]
+            argv = npu.npu_smi_argv() if self.host.local else ["npu-smi", "info"]
         try:
             proc = self.run(argv)
         except (OSError, subprocess.TimeoutExpired) as err:
@@ -118,8 +80,7 @@ class HostView:
             text = path.read_text() if path.is_file() else ""
         else:
             text = self.run(["cat", "/usr/local/Ascend/driver/version.info"]).stdout
-        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-        return fields.get("package_version") or fields.get("Version")
+        return npu.driver_version(text)
 
 
 def _checks(view: HostView, plan: RunPlan, replace: bool) -> list[Check]:
@@ -150,8 +111,8 @@ def _checks(view: HostView, plan: RunPlan, replace: bool) -> list[Check]:
     if table.startswith("ERROR"):
         add("npu-smi", False, table[6:] or "npu-smi failed", "install the driver's npu-smi at /usr/local/bin/npu-smi")
     else:
-        chip = chip_name(table) or "unknown"
-        seen_hw = next((hw for prefix, hw in CHIP_HARDWARE if chip.startswith(prefix)), None)
+        chip = npu.chip_name(table) or "unknown"
+        seen_hw = npu.chip_hardware(chip)
         fits = seen_hw == plan.hardware or (seen_hw == "a2" and plan.hardware == "ax")
         add("chip", fits, f"npu-smi reports {chip} ({(seen_hw or '?').upper()}); image hardware {plan.hardware}",
             f"use the {seen_hw} variant of the image (rlbox images list)" if seen_hw else "unknown chip")
@@ -160,8 +121,8 @@ def _checks(view: HostView, plan: RunPlan, replace: bool) -> list[Check]:
     version = view.driver_version()
     driver_max = plan.driver_max
     if driver_min and driver_min != "none":
-        ok = version is not None and _version_key(version) >= _version_key(driver_min)
-        too_new = ok and driver_max is not None and _version_key(version) > _version_key(driver_max)
+        ok = version is not None and npu.driver_key(version) >= npu.driver_key(driver_min)
+        too_new = ok and driver_max is not None and npu.driver_key(version) > npu.driver_key(driver_max)
         bounds = f">= {driver_min}" + (f" and <= {driver_max}" if driver_max else "")
         add("driver", ok and not too_new, f"version.info {version or 'missing'}; the image's CANN needs {bounds}",
             f"install an Ascend driver (HDK) {bounds}, or use an image built for this driver")
