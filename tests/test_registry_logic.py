@@ -15,9 +15,7 @@ import pytest
 
 from conftest import REPO
 from rlbox.image import matrix
-from rlbox.cluster import sim
 from rlbox.image import transfer
-from rlbox.core import npu
 from rlbox.core.errors import RlboxError
 from rlbox.registry.client import Credentials, Reference, Registry, credentials_for, parse_www_authenticate, scrub
 from rlbox.image.transfer import HostFacts
@@ -167,16 +165,6 @@ def test_immutable_tag_needs_a_commit():
 
 
 # ---------------------------------------------------------------------------------------------
-def test_npu_smi_stand_in_names_the_chip(tmp_path, monkeypatch):
-    for hardware, chip in (("a2", "910B3"), ("a3", "Ascend910")):
-        folder = sim.write_stand_ins(tmp_path / hardware, hardware, 8 if hardware == "a2" else 16, "25.3.rc1")
-        monkeypatch.setenv(npu.NPU_SMI_ENV, str(folder / "npu-smi"))
-        assert npu.local_chip() == (chip, "")
-    monkeypatch.setenv(npu.NPU_SMI_ENV, str(tmp_path / "absent" / "npu-smi"))
-    chip, problem = npu.local_chip()
-    assert chip is None and "not found" in problem
-
-
 def test_chip_to_hardware(m):
     assert transfer.hardware_for_chip(m.hardware, "910B3") == ["a2", "ax"]
     assert transfer.hardware_for_chip(m.hardware, "Ascend910") == ["a3"]
