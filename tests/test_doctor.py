@@ -27,7 +27,7 @@ def doctor(runs, *args):
 
 
 def test_healthy_four_node_cluster_passes(runs):
-    proc, data, failed = doctor(runs, "--nodes", "4", "--name", "d-ok")
+    proc, data, failed = doctor(runs, "--nodes", "4", "--name", "t-doc-ok")
     assert proc.returncode == 0, failed
     names = {c["name"] for c in data["checks"]}
     assert names >= {"engine", "devices", "chip", "driver", "devices free", "ports", "stale ray", "nofile", "shm",
@@ -47,33 +47,33 @@ BROKEN_HOSTS = [
 def test_broken_simulated_host_is_named_with_its_fix(runs, tmp_path, case, sim, check, detail):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(f"hosts:\n  - host: good\n  - host: bad\n    sim: {sim}\n")
-    proc, _, failed = doctor(runs, "--cluster", cluster, "--name", "d-bad")
+    proc, _, failed = doctor(runs, "--cluster", cluster, "--name", "t-doc-bad")
     assert proc.returncode == 1
     assert list(failed) == [("node1 (bad)", check)]
     assert failed[("node1 (bad)", check)]["detail"] == detail
     assert failed[("node1 (bad)", check)]["fix"]
     # rlbox run stops on the same check before anything starts
-    run = rlbox("run", "--sim", "--cluster", cluster, "--hardware", "a3", "--name", "d-bad", "--runs-dir", runs, "--smoke-test")
+    run = rlbox("run", "--sim", "--cluster", cluster, "--hardware", "a3", "--name", "t-doc-bad", "--runs-dir", runs, "--smoke-test")
     assert run.returncode == 2
     assert f"pre-flight: node1 (bad): ✗ {check}: {detail}" in run.stderr and "nothing was started" in run.stderr
-    assert docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.run=d-bad"}) == []
+    assert docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.run=t-doc-bad"}) == []
 
 
 def test_port_held_leftover_container_and_missing_path(runs, tmp_path):
     client = docker.from_env()
-    port = ports_for("d-held").gcs
+    port = ports_for("t-doc-held").gcs
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     holder.bind(("127.0.0.1", port))
     holder.listen()
-    leftover = client.containers.run("rlbox/debian:bookworm", ["sleep", "300"], detach=True, name="d-leftover",
+    leftover = client.containers.run("rlbox/debian:bookworm", ["sleep", "300"], detach=True, name="t-doc-leftover",
                                      devices=["/dev/null:/dev/davinci0:rwm"])
     try:
-        proc, _, failed = doctor(runs, "--nodes", "2", "--name", "d-held", "--mount", "/nonexistent/models:/models")
+        proc, _, failed = doctor(runs, "--nodes", "2", "--name", "t-doc-held", "--mount", "/nonexistent/models:/models")
         assert proc.returncode == 1
         assert failed[("node0 (sim0)", "ports")]["detail"] == f"taken: {port} (gcs)"
-        assert failed[("node1 (sim1)", "devices free")]["detail"] == "held by d-leftover"
-        assert "docker rm -f d-leftover" in failed[("node1 (sim1)", "devices free")]["fix"]
+        assert failed[("node1 (sim1)", "devices free")]["detail"] == "held by t-doc-leftover"
+        assert "docker rm -f t-doc-leftover" in failed[("node1 (sim1)", "devices free")]["fix"]
         assert failed[("node0 (sim0)", "paths")]["detail"] == "missing: /nonexistent/models"
     finally:
         holder.close()
@@ -83,6 +83,6 @@ def test_port_held_leftover_container_and_missing_path(runs, tmp_path):
 def test_unreachable_host_is_a_failed_check_not_a_crash(runs, tmp_path):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text("hosts:\n  - host: local\n  - host: 127.0.0.1\n    ssh: {port: 1}\n")
-    proc, _, failed = doctor(runs, "--cluster", cluster, "--name", "d-ssh")
+    proc, _, failed = doctor(runs, "--cluster", cluster, "--name", "t-doc-ssh")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "cannot reach over ssh" in failed[("node1 (127.0.0.1)", "engine")]["detail"]
