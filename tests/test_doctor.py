@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import docker
 import pytest
 
 from conftest import rlbox
+from rlbox.cluster import hosts, launch, sim
 from rlbox.cluster.plan import ports_for
+from rlbox.cluster.preflight import facts
 
 pytestmark = pytest.mark.engine
 
@@ -86,3 +89,23 @@ def test_unreachable_host_is_a_failed_check_not_a_crash(runs, tmp_path):
     proc, _, failed = doctor(runs, "--cluster", cluster, "--name", "t-doc-ssh")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "cannot reach over ssh" in failed[("node1 (127.0.0.1)", "engine")]["detail"]
+
+
+def test_gather_reads_a_simulated_host_as_plain_facts(runs, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("hosts:\n  - host: good\n  - host: bad\n    sim: {devices: 15, chip: 910B3, driver: 24.1.rc1}\n")
+    plan, _ = launch.prepare(launch.RunRequest(sim=True, cluster_file=cluster, hardware="a3", name="t-doc-facts",
+                                               runs_dir=runs, mounts=["/nonexistent/models:/models"], dry_run=True))
+    sim.write_hosts(plan)
+    node = hosts.connect(plan.nodes[1].host)
+    try:
+        got = facts.gather(plan.nodes[1], node, Path(plan.sim_files) / "bad", plan, replace=True)
+    finally:
+        node.close()
+    assert got.engine_error is None and got.inspect_error is None and got.transport == "local"
+    assert got.engine_version == docker.from_env().version()["Version"]
+    assert got.devices == tuple(sorted(f"davinci{i}" for i in range(15)))
+    assert got.npu_smi_error is None and "910B3" in got.npu_smi and got.driver == "24.1.rc1"
+    assert got.ray_processes is None and got.route is None  # --replace; simulated network
+    assert got.image == "present" and got.image_size > 0 and got.docker_root and got.disk_free_kib
+    assert got.shm_kib and got.nofile_hard and got.missing_mounts == ("/nonexistent/models",)
