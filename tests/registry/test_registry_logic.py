@@ -14,9 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from conftest import REPO
-from rlbox.cluster.preflight import doctor
 from rlbox.image import matrix
-from rlbox.cluster import sim
 from rlbox.image import transfer
 from rlbox.core.errors import RlboxError
 from rlbox.registry.auth import Credentials, credentials_for, parse_www_authenticate, scrub
@@ -164,16 +162,6 @@ def test_immutable_tag_needs_a_commit():
 
 
 # ---------------------------------------------------------------------------------------------
-def test_npu_smi_stand_in_names_the_chip(tmp_path, monkeypatch):
-    for hardware, chip in (("a2", "910B3"), ("a3", "Ascend910")):
-        folder = sim.write_stand_ins(tmp_path / hardware, hardware, 8 if hardware == "a2" else 16, "25.3.rc1")
-        monkeypatch.setenv(doctor.NPU_SMI_ENV, str(folder / "npu-smi"))
-        assert doctor.local_chip() == (chip, "")
-    monkeypatch.setenv(doctor.NPU_SMI_ENV, str(tmp_path / "absent" / "npu-smi"))
-    chip, problem = doctor.local_chip()
-    assert chip is None and "not found" in problem
-
-
 def test_chip_to_hardware(m):
     assert transfer.hardware_for_chip(m.hardware, "910B3") == ["a2", "ax"]
     assert transfer.hardware_for_chip(m.hardware, "Ascend910") == ["a3"]

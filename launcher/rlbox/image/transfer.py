@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from rlbox.cluster.preflight import doctor
 from rlbox.registry import client as registry
+from rlbox.core import npu
 from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.image.matrix import Matrix, ResolvedVariant
 from rlbox.image.schema import Hardware
@@ -45,7 +45,7 @@ class HostFacts:
 
 
 def host_facts() -> HostFacts:
-    chip, problem = doctor.local_chip()
+    chip, problem = npu.local_chip()
     return HostFacts(reference.host_platform(), chip, problem)
 
 
@@ -97,7 +97,7 @@ def choose_variant(m: Matrix, release: str, facts: HostFacts) -> ResolvedVariant
                          f"known: {', '.join(sorted(m.releases))}")
     if not facts.chip:
         raise RlboxError(f"--hardware auto: cannot tell this host's NPU: {facts.chip_problem}; name the variant "
-                         f"(RELEASE:VARIANT, see `rlbox images list`) or point {doctor.NPU_SMI_ENV} at npu-smi")
+                         f"(RELEASE:VARIANT, see `rlbox images list`) or point {npu.NPU_SMI_ENV} at npu-smi")
     names = hardware_for_chip(m.hardware, facts.chip)
     fits = [v for v in m.variants if v.release.release == release and v.hardware_name in names
             and v.platform == facts.platform]
@@ -380,7 +380,7 @@ def pull_target(m: Matrix | None, ref: str | None, *, hardware: str | None, rele
         if hardware == "auto":
             if not facts.chip:
                 raise RlboxError(f"--hardware auto: cannot tell this host's NPU: {facts.chip_problem}; name the "
-                                 f"variant (RELEASE:VARIANT, see `rlbox images list`) or point {doctor.NPU_SMI_ENV} "
+                                 f"variant (RELEASE:VARIANT, see `rlbox images list`) or point {npu.NPU_SMI_ENV} "
                                  "at npu-smi")
             variant = choose_variant(m, release or default_release(m, facts), facts)
         else:

@@ -1,0 +1,182 @@
+"""What `rlbox doctor` reads on one node, as plain values (``NodeFacts``); `doctor.judge` decides.
+
+A node's host is read through two thin channels: its Docker engine (docker-py, local or over
+the ssh tunnel) and short commands run on the host (locally, or ``ssh host -- argv``). On a
+simulated host the NPU-specific facts (device nodes, npu-smi, the driver's version.info) are
+read from its stand-in folder instead of the machine's /dev and /usr/local/Ascend; everything
+else (ports, limits, shared memory, disk, image, paths) is the machine's own.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlbox.cluster.hosts import Node, ssh_base, ssh_target
+from rlbox.cluster.plan import LABEL_RUN, NodePlan, RunPlan
+from rlbox.core import npu
+
+# Mount targets that are the host's driver files, not the run's model/data/checkpoints.
+DRIVER_TARGETS = ("/usr/local/Ascend/driver", "/usr/local/dcmi", "/usr/local/bin/npu-smi", "/etc/ascend_install.info")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """Everything one node's checks need. ``engine_error`` (the engine could not be reached) or
+    ``inspect_error`` (a command on the host failed to run) leave the rest unread."""
+
+    engine_error: str | None = None  # why connecting to the node's engine failed (the RlboxError's text)
+    inspect_error: str | None = None  # why reading the host failed (an OSError or subprocess error)
+    engine_version: str | None = None  # the engine's ServerVersion
+    transport: str = "local"  # local | ssh
+    devices: tuple[str, ...] = ()  # davinciN device nodes, sorted by name
+    npu_smi: str = ""  # what `npu-smi info` printed
+    npu_smi_error: str | None = None  # why it printed nothing usable ("" if it did not say)
+    driver: str | None = None  # the driver's version.info version; None if missing
+    npu_holders: tuple[tuple[str, str | None], ...] = ()  # containers holding /dev/davinciN: (name, run label)
+    listening: frozenset[int] = frozenset()  # TCP ports listening on the host
+    ray_processes: tuple[str, ...] | None = None  # pids of raylet/gcs_server; None: not looked for (--replace)
+    nofile_hard: str = ""  # `ulimit -Hn`: a number, "unlimited", or "" if it printed nothing
+    shm_kib: int | None = None  # size of /dev/shm
+    route: str | None = None  # `ip -o route get HEAD`; None: not asked (simulated network or a given NIC)
+    docker_root: str = "/var/lib/docker"
+    disk_free_kib: int | None = None  # available under docker_root
+    image: str = "absent"  # present | pullable | absent
+    image_size: int = 0  # bytes, when present
+    missing_mounts: tuple[str, ...] = ()  # mount sources (not the driver's) that do not exist on the host
+
+
+@dataclass
+class HostView:
+    """What one node's host offers to the checks."""
+
+    node_plan: NodePlan
+    node: Node
+    stand_ins: Path | None  # a simulated host's folder
+
+    @property
+    def host(self):
+        return self.node_plan.host
+
+    def run(self, argv: list[str], timeout: float = 15) -> subprocess.CompletedProcess:
+        if self.host.local or self.stand_ins is not None:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run([*ssh_base(self.host), ssh_target(self.host), "--", shlex.join(argv)],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def devices(self) -> tuple[str, ...]:
+        if self.stand_ins is not None:
+            names = [p.name for p in (self.stand_ins / "dev").iterdir()]
+        else:
+            proc = self.run(["ls", "-1", "/dev"])
+            names = proc.stdout.split()
+        return tuple(sorted(n for n in names if re.fullmatch(r"davinci\d+", n)))
+
+    def npu_smi(self) -> tuple[str, str | None]:
+        """(what `npu-smi info` printed, None) or ("", why it failed)."""
+        if self.stand_ins is not None:
+            argv = [str(self.stand_ins / "npu-smi"), "info"]
+        else:
+            argv = npu.npu_smi_argv() if self.host.local else ["npu-smi", "info"]
+        try:
+            proc = self.run(argv)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return "", str(err)
+        if proc.returncode != 0:
+            return "", (proc.stderr or proc.stdout).strip()[:200]
+        if proc.stdout.startswith("ERROR"):  # read as a failure, as doctor always has
+            return "", proc.stdout[6:]
+        return proc.stdout, None
+
+    def driver_version(self) -> str | None:
+        if self.stand_ins is not None:
+            path = self.stand_ins / "driver" / "version.info"
+            text = path.read_text() if path.is_file() else ""
+        else:
+            text = self.run(["cat", "/usr/local/Ascend/driver/version.info"]).stdout
+        return npu.driver_version(text)
+
+
+def gather(node_plan: NodePlan, node: Node, stand_ins: Path | None, plan: RunPlan, replace: bool) -> NodeFacts:
+    """Read one node's facts; a command that cannot run on the host becomes ``inspect_error``.
+    Docker errors other than a missing image propagate."""
+    try:
+        return _read(HostView(node_plan, node, stand_ins), plan, replace)
+    except (OSError, subprocess.SubprocessError) as err:
+        return NodeFacts(inspect_error=str(err))
+
+
+def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
+    from docker.errors import APIError, ImageNotFound
+
+    node_plan = view.node_plan
+    client = view.node.client
+    info = client.info()
+    devices = view.devices()
+    table, table_error = view.npu_smi()
+    driver = view.driver_version()
+
+    holders = []
+    for box in client.containers.list():
+        run = box.labels.get(LABEL_RUN)
+        mapped = box.attrs.get("HostConfig", {}).get("Devices") or []
+        if any(d.get("PathInContainer", "").startswith("/dev/davinci") and d.get("PathInContainer", "")[12:].isdigit()
+               for d in mapped):
+            holders.append((box.name, run))
+
+    listening = listening_ports(view.run(["ss", "-Hltn"]).stdout)
+    ray = None
+    if not replace:  # the brackets keep concurrent pgreps from matching each other
+        ray = tuple(view.run(["pgrep", "-f", "[r]aylet|[g]cs_server"]).stdout.split())
+    hard = view.run(["sh", "-c", "ulimit -Hn"]).stdout.strip()
+    shm = df_kib(view.run(["df", "-Pk", "/dev/shm"]).stdout)
+    route = None
+    if not plan.network and not node_plan.host.nic:
+        route = view.run(["ip", "-o", "route", "get", plan.head]).stdout
+
+    root = info.get("DockerRootDir", "/var/lib/docker")
+    free = df_kib(view.run(["df", "-Pk", root]).stdout, available=True)
+    size = 0
+    try:
+        size = client.images.get(plan.image).attrs.get("Size", 0)
+        image = "present"
+    except ImageNotFound:
+        try:
+            client.images.get_registry_data(plan.image)
+            image = "pullable"
+        except APIError:
+            image = "absent"
+
+    missing = tuple(m.source for m in node_plan.container.mounts
+                    if not m.target.startswith(DRIVER_TARGETS) and view.run(["test", "-e", m.source]).returncode != 0)
+    return NodeFacts(
+        engine_version=info.get("ServerVersion"), transport="local" if view.host.local else "ssh",
+        devices=devices, npu_smi=table, npu_smi_error=table_error, driver=driver, npu_holders=tuple(holders),
+        listening=listening, ray_processes=ray, nofile_hard=hard, shm_kib=shm, route=route,
+        docker_root=root, disk_free_kib=free, image=image, image_size=size, missing_mounts=missing,
+    )
+
+
+def listening_ports(ss_output: str) -> frozenset[int]:
+    """The local ports of `ss -Hltn` lines."""
+    ports = set()
+    for line in ss_output.splitlines():
+        cols = line.split()
+        if len(cols) > 3 and cols[3].rsplit(":", 1)[-1].isdigit():
+            ports.add(int(cols[3].rsplit(":", 1)[-1]))
+    return frozenset(ports)
+
+
+def df_kib(text: str, available: bool = False) -> int | None:
+    """Size (or, ``available``, free space) in KiB from `df -Pk PATH`."""
+    lines = text.strip().splitlines()
+    if len(lines) < 2:
+        return None
+    cols = lines[-1].split()
+    try:
+        return int(cols[3] if available else cols[1])
+    except (IndexError, ValueError):
+        return None
