@@ -31,6 +31,7 @@ from pathlib import Path
 import requests
 
 from rlbox.cluster import launch
+from rlbox.cluster.preflight import checks
 from rlbox.cluster import execute as run
 from rlbox.cluster.plan import SimNetwork
 
@@ -61,7 +62,7 @@ def rlbox_bringup(nodes: int, runs: Path) -> float:
 
     plan, run_dir = launch.prepare(launch.RunRequest(sim=True, nodes=nodes, hardware="a3", name=f"bench{nodes}", runs_dir=runs))
     run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True, bring_up_only=True,
-                before=launch.checks_before_start(plan, replace=True, echo=echo))
+                before=checks.checks_before_start(plan, replace=True, echo=echo))
     return ready_at[0] - start
 
 

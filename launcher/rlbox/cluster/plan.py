@@ -249,6 +249,10 @@ class JobPlan:
     submission_id: str
     description: str
 
+    def describe(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)
+        return f"# job {self.submission_id} ({self.description})" + (f", env: {env}" if env else "") + f"\n{self.entrypoint}\n"
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "entrypoint": self.entrypoint,

@@ -187,6 +187,10 @@ class DataPlan:
         lines.append(f"# plan JSON: {self.job.argv[-1]}")
         return "\n".join(lines) + "\n"
 
+    def as_dict(self) -> dict:
+        return {"dataset": self.dataset, "source": self.recipe.source, "out": str(self.out), "endpoint": self.endpoint,
+                "overwrite": self.overwrite, "steps": [dict(s) for s in self.steps], "container": self.job.as_dict()}
+
 
 def plan(name: str, *, image: str, out: Path, endpoint: str, overwrite: bool, spec_path: Path | None) -> DataPlan:
     recipe = get(name)

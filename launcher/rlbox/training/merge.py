@@ -256,6 +256,13 @@ class MergePlan:
         lines.append(shlex.join(self.merge_argv(0)))
         return "\n".join(lines) + "\n"
 
+    def as_dict(self) -> dict:
+        return {"run": self.run, "step": self.step, "image": self.image, "target": self.target,
+                "checkpoints": {"container_path": self.location.container_path, "origin": self.location.origin},
+                "nodes": [{"index": n.index, "host": n.host.name, "actor": self.actor(i), "target": self.target_for(i)}
+                          for i, n in enumerate(self.nodes)],
+                "merge_argv": self.merge_argv(0)}
+
 
 def plan(state: dict, *, run: str, step: int, image: str | None, target: str | None,
          checkpoint_dir_override: str | None) -> MergePlan:

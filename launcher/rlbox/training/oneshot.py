@@ -38,6 +38,11 @@ class OneShot:
     def all_labels(self) -> dict[str, str]:
         return {LABEL_MANAGED: "true", LABEL_TASK: self.task, **dict(self.labels)}
 
+    def as_dict(self) -> dict:
+        return {"name": self.name, "image": self.image, "argv": list(self.argv), "mounts": [m.spec() for m in self.mounts],
+                "env": dict(self.env), "network": self.network, "workdir": self.workdir, "user": self.user,
+                "labels": self.all_labels()}
+
     def docker_run(self, show_argv: tuple[str, ...] | None = None) -> str:
         """The equivalent `docker run` (what --dry-run prints); ``show_argv`` replaces a long
         inline script by something readable."""
