@@ -93,7 +93,7 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
     """Build one variant of the matrix with BuildKit (docker buildx)."""
     m = matrix()
     p = build.prepare(
-        m, ref, mirror=mirrors.get(m.root, mirror) if mirror else None,
+        m, ref, mirror=mirror,
         warn=lambda line: err.print(f"[yellow]warning[/]: {line}"),
         platform=platform, base_image=base_image, tags=tags, pip_index=pip_index, apt_mirror=apt_mirror,
         git_mirror=git_mirror, hf_endpoint=hf_endpoint, ca_bundle=ca_bundle, push=push, push_by_digest=push_by_digest,

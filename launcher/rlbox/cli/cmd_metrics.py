@@ -89,7 +89,7 @@ def triage_cmd(run, runs_dir, as_json):
     timeouts, NPUs held by another container, EL0018 host memory, NPU OOM, "No available agent",
     too few NPUs for nnodes x n_gpus_per_node, ...) live in launcher/rlbox/resources/signatures.yaml.
     """
-    state = run_state.load(runs_dir, run)
+    state = run_state.load(runs_dir, run, folder_is_enough=True)
     folder = run_state.run_dir(runs_dir, run)
     log = state.job_log()
     if log is None and run_state.job_logs(folder):

@@ -33,9 +33,11 @@ def push_cmd(ref, registry_host, extra_tags, immutable_tag, no_immutable_tag, mi
     """
     client = engine.local_client()
     m = matrix_if_any()
+    profile = mirror_profile(m, mirror)
+    transfer.push_remote(m, ref, registry_host, profile)  # a bad reference is named before the engine is asked
     plan = transfer.plan_push(m, ref, transfer.local_labels(client, m, ref), registry_host=registry_host,
                               extra_tags=extra_tags, immutable=immutable_tag, no_immutable=no_immutable_tag,
-                              mirror=mirror_profile(m, mirror))
+                              mirror=profile)
     digest = transfer.push(plan, client, insecure=insecure, echo=note)
     for tag in plan.tags:
         note(f"pushed {plan.repository.name}:{tag}")

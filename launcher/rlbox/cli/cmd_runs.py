@@ -41,12 +41,12 @@ def status_cmd(name, runs_dir, as_json):
         for n in nodes:
             n.close()
     if as_json:
-        click.echo(json.dumps({"run": name, "phase": state.phase.value, "nodes": rows, "job": job}, indent=2))
+        click.echo(json.dumps({"run": name, "phase": state.phase_name, "nodes": rows, "job": job}, indent=2))
         return
     table = Table("NODE", "HOST", "ROLE", "NPUS", "CONTAINER", "STATE", box=None)
     for r in rows:
         table.add_row(str(r["node"]), r["host"], r["role"], str(r["npus"]), r["container"], r["state"])
-    out.print(f"run {name} ({state.run_id}): {state.phase.value}, image {state.image}")
+    out.print(f"run {name} ({state.run_id}): {state.phase_name}, image {state.image}")
     out.print(table)
     if job:
         out.print(f"job {job.get('submission_id')}: {job.get('status')}  {job.get('message') or ''}")
@@ -64,7 +64,7 @@ def logs_cmd(name, runs_dir, follow):
     if state.phase in (Phase.FINISHED, Phase.REMOVED) or not state.submission_id:
         log = state.job_log()
         if log is None:
-            raise RlboxError(f"run '{name}' has no job log (phase {state.phase.value})")
+            raise RlboxError(f"run '{name}' has no job log (phase {state.phase_name})")
         sys.stdout.write(log.read_text())
         return
     node = connect(state.hosts()[0])

@@ -209,61 +209,62 @@ def execute(
     client = None
     try:
         with engine.sigterm_as_interrupt():
-            cluster.preflight(replace)  # refuses a live run of this name before anything else
-            if plan.sim_files:
-                sim.write_hosts(plan)
-            if before is not None:  # checks that need the engines but must pass before anything starts
-                before(nodes)
-            cluster.clear()  # only now: a failed check leaves a --replace'd run alone
-            cleanup = True
-            record.save(state_file)
-            cluster.start()
-            cluster.connect_dashboard()
-            cluster.wait_ready(timeout)
-            ready = time.monotonic() - started
-            echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
-            record = record.advance(Phase.READY, ready_seconds=round(ready, 2), log=str(log_path))
-            record.save(state_file)
-            if bring_up_only or plan.job is None:
-                cleanup = not keep
-                return Outcome(0, "READY", ready, None)
-            client = jobs.JobsClient(cluster.dashboard)
-            submission = client.submit(plan.job)
-            echo(f"job {submission} submitted; log: {log_path}")
-            record = record.advance(Phase.RUNNING, submission_id=submission)
-            record.save(state_file)
-            if detach:
-                cleanup = False
-                return Outcome(0, "RUNNING", ready, log_path)
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            with log_path.open("w", encoding="utf-8") as log:
-                def both(text: str) -> None:
-                    log.write(text)
-                    log.flush()
-                    emit(text)
-                try:
-                    info = client.follow(submission, both)
-                except jobs.LostContact as lost:
-                    cleanup = False
-                    raise RlboxError(f"{lost}; the cluster is left running: follow with `rlbox logs -f --name {plan.run}`, "
-                                     f"end with `rlbox stop --name {plan.run}`") from None
-            code = jobs.exit_code(info)
-            status = info.get("status", "UNKNOWN")
-            echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))
-            record = record.advance(Phase.FINISHED, status=status, exit_code=code)
-            record.save(state_file)
-            if status == "FAILED" and on_failure is not None:  # while the containers still exist
-                guarded(on_failure, nodes, log_path, echo=echo)
-            cleanup = not keep
-            return Outcome(code, status, ready, log_path)
-    except KeyboardInterrupt:
-        echo("interrupted: stopping the job and tearing down every node")
-        if client and submission:
             try:
-                client.stop(submission)
-            except RlboxError:
-                pass
-        raise RlboxError("interrupted; every node was cleaned up", exit_code=130) from None
+                cluster.preflight(replace)  # refuses a live run of this name before anything else
+                if plan.sim_files:
+                    sim.write_hosts(plan)
+                if before is not None:  # checks that need the engines but must pass before anything starts
+                    before(nodes)
+                cluster.clear()  # only now: a failed check leaves a --replace'd run alone
+                cleanup = True
+                record.save(state_file)
+                cluster.start()
+                cluster.connect_dashboard()
+                cluster.wait_ready(timeout)
+                ready = time.monotonic() - started
+                echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
+                record = record.advance(Phase.READY, ready_seconds=round(ready, 2), log=str(log_path))
+                record.save(state_file)
+                if bring_up_only or plan.job is None:
+                    cleanup = not keep
+                    return Outcome(0, "READY", ready, None)
+                client = jobs.JobsClient(cluster.dashboard)
+                submission = client.submit(plan.job)
+                echo(f"job {submission} submitted; log: {log_path}")
+                record = record.advance(Phase.RUNNING, submission_id=submission)
+                record.save(state_file)
+                if detach:
+                    cleanup = False
+                    return Outcome(0, "RUNNING", ready, log_path)
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                with log_path.open("w", encoding="utf-8") as log:
+                    def both(text: str) -> None:
+                        log.write(text)
+                        log.flush()
+                        emit(text)
+                    try:
+                        info = client.follow(submission, both)
+                    except jobs.LostContact as lost:
+                        cleanup = False
+                        raise RlboxError(f"{lost}; the cluster is left running: follow with `rlbox logs -f --name {plan.run}`, "
+                                         f"end with `rlbox stop --name {plan.run}`") from None
+                code = jobs.exit_code(info)
+                status = info.get("status", "UNKNOWN")
+                echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))
+                record = record.advance(Phase.FINISHED, status=status, exit_code=code)
+                record.save(state_file)
+                if status == "FAILED" and on_failure is not None:  # while the containers still exist
+                    guarded(on_failure, nodes, log_path, echo=echo)
+                cleanup = not keep
+                return Outcome(code, status, ready, log_path)
+            except KeyboardInterrupt:
+                echo("interrupted: stopping the job and tearing down every node")
+                if client and submission:
+                    try:
+                        client.stop(submission)
+                    except RlboxError:
+                        pass
+                raise RlboxError("interrupted; every node was cleaned up", exit_code=130) from None
     finally:
         if cleanup:
             cluster.teardown()

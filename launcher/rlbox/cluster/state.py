@@ -34,7 +34,7 @@ _OWN = ("phase", "ready_seconds", "log", "submission_id", "status", "exit_code")
 @dataclass(frozen=True)
 class RunState:
     plan: dict[str, Any]
-    phase: Phase
+    phase: Phase | None  # None: a record that names no phase rlbox knows
     ready_seconds: float | None = None
     log: str | None = None
     submission_id: str | None = None
@@ -88,16 +88,17 @@ class RunState:
 
     def as_dict(self) -> dict[str, Any]:
         own = {k: getattr(self, k) for k in _OWN if getattr(self, k) is not None}
-        own["phase"] = self.phase.value
+        if self.phase is not None:
+            own["phase"] = self.phase.value
         return self.plan | own
 
+    @property
+    def phase_name(self) -> str | None:
+        return self.phase.value if self.phase else None
+
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str) -> "RunState":
-        try:
-            phase = Phase(data.get("phase"))
-        except ValueError:
-            raise RlboxError(f"{where}: phase {data.get('phase')!r} is not one of "
-                             f"{', '.join(p.value for p in Phase)}") from None
+    def from_dict(cls, data: dict[str, Any]) -> "RunState":
+        phase = Phase(data["phase"]) if data.get("phase") in {p.value for p in Phase} else None
         plan = {k: v for k, v in data.items() if k not in _OWN}
         return cls(plan, phase, data.get("ready_seconds"), data.get("log"), data.get("submission_id"),
                    data.get("status"), data.get("exit_code"))
@@ -121,10 +122,13 @@ def state_path(runs_dir: Path, name: str) -> Path:
     return runs_dir / name / STATE_FILE
 
 
-def load(runs_dir: Path, name: str) -> RunState:
-    """The record of run ``name``; one line naming what is missing or broken."""
+def load(runs_dir: Path, name: str, *, folder_is_enough: bool = False) -> RunState:
+    """The record of run ``name``; one line naming what is missing or broken. A folder without
+    a record is no run at all, unless ``folder_is_enough`` (triage: the logs collected there)."""
     path = run_dir(runs_dir, name) / STATE_FILE
     if not path.is_file():
+        if not folder_is_enough:
+            raise RlboxError(f"no run named '{name}' under {runs_dir} (rlbox run --name {name} ...)")
         raise RlboxError(f"run '{name}' has no {STATE_FILE} under {path.parent}")
     try:
         data = json.loads(path.read_text())
@@ -132,7 +136,7 @@ def load(runs_dir: Path, name: str) -> RunState:
         raise RlboxError(f"{path}: not valid JSON") from None
     if not isinstance(data, dict):
         raise RlboxError(f"{path}: not a run record (expected a JSON object)")
-    return RunState.from_dict(data, str(path))
+    return RunState.from_dict(data)
 
 
 def job_logs(folder: Path) -> list[Path]:

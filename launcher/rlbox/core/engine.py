@@ -14,8 +14,9 @@ from rlbox.core.errors import RlboxError
 LABEL_MANAGED = "io.rlbox.managed"  # every container rlbox starts carries it: "true"
 
 
-def local_client(where: str | None = None):
-    """A docker-py client of this machine's engine (DOCKER_HOST honoured), checked with a ping."""
+def local_client(node: str | None = None):
+    """A docker-py client of this machine's engine (DOCKER_HOST honoured), checked with a ping.
+    ``node``: the cluster node it serves, named in the error."""
     import docker
     from docker.errors import DockerException
 
@@ -23,9 +24,10 @@ def local_client(where: str | None = None):
         client = docker.from_env()
         client.ping()
     except DockerException as err:
-        prefix = f"{where}: " if where else ""
-        raise RlboxError(f"{prefix}Docker engine not reachable ({str(err).splitlines()[0][:160]}): "
-                         "start dockerd or set DOCKER_HOST") from None
+        first = str(err).splitlines()[0]
+        if node:
+            raise RlboxError(f"{node}: Docker engine not reachable ({first[:120]}); start dockerd") from None
+        raise RlboxError(f"Docker engine not reachable ({first[:160]}): start dockerd or set DOCKER_HOST") from None
     return client
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlbox.core.errors import RlboxError
-from rlbox.image import lockfile, render, sources
+from rlbox.image import lockfile, mirrors, render, sources
 from rlbox.image.matrix import Matrix, ResolvedVariant
-from rlbox.image.mirrors import SOURCES_DIR, Profile
+from rlbox.image.mirrors import SOURCES_DIR
 
 # Lines our in-image scripts print when they stop a build (rlbox-apply-patches, rlbox-verify...).
 _SCRIPT_ERROR = re.compile(r"rlbox error: (.*)")
@@ -177,11 +177,12 @@ def source_revision(root: Path) -> str:
         return "unknown"
 
 
-def prepare(m: Matrix, ref: str, *, mirror: Profile | None = None, warn=None, **options) -> BuildPlan:
+def prepare(m: Matrix, ref: str, *, mirror: str | None = None, warn=None, **options) -> BuildPlan:
     """The plan for ``rlbox build REF``, behind the gates every build passes: the mirror
-    profile fills what the options leave open; a stale lock or a generated file out of date
+    profile named ``mirror`` (images/mirrors.yaml) fills what the options leave open; a stale lock or a generated file out of date
     with images/ stops the build; a missing lock is a warning (pip then resolves at build time)."""
     variant = m.get(ref)
+    mirror = mirrors.get(m.root, mirror) if mirror else None
     if mirror is not None:
         for key, value in (("pip_index", mirror.pip_index), ("apt_mirror", mirror.apt_for(variant.release.os, variant.arch)),
                            ("git_mirror", mirror.git_mirror), ("hf_endpoint", mirror.hf_endpoint)):

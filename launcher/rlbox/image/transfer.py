@@ -263,6 +263,12 @@ def push_source(m: Matrix | None, ref: str) -> tuple[str, str]:
     return source, parsed.tag or "latest"
 
 
+def push_remote(m: Matrix | None, ref: str, registry_host: str | None, mirror: Profile | None = None) -> Reference:
+    """The repository `rlbox push REF` pushes to (checked before the engine is asked anything)."""
+    source, _ = push_source(m, ref)
+    return remote_for(source, registry_host, mirror).with_tag(None)
+
+
 def local_labels(client, m: Matrix | None, ref: str) -> dict[str, str]:
     """The labels of the local image `rlbox push REF` would push (what its plan needs of the engine)."""
     from docker.errors import ImageNotFound
@@ -280,7 +286,7 @@ def plan_push(m: Matrix | None, ref: str, labels: dict[str, str], *, registry_ho
               immutable: str | None = None, no_immutable: bool = False, mirror: Profile | None = None) -> PushPlan:
     """Which tags go where, from the image's ``labels`` (its revision names the immutable tag). Pure."""
     source, human = push_source(m, ref)
-    remote = remote_for(source, registry_host, mirror).with_tag(None)
+    remote = push_remote(m, ref, registry_host, mirror)
     revision = labels.get(REVISION_LABEL)
     if immutable and no_immutable:
         raise RlboxError("give --immutable-tag TAG or --no-immutable-tag, not both")

@@ -3,7 +3,7 @@
 Recipes are data (datasets.yaml beside this file). Planning here is pure: the endpoint decides
 every URL, a custom spec file is checked, and the plan renders to the exact `docker run` that
 --dry-run prints. Carrying it out is one container of the image (oneshot.py) running
-scripts/datasets_in_image.py with the output folder (and a custom input's folder, read-only) mounted at the
+scripts/in_image.py with the output folder (and a custom input's folder, read-only) mounted at the
 same paths, on the host network.
 """
 
@@ -26,7 +26,7 @@ from rlbox.core.paths import RESOURCES
 from rlbox.training.oneshot import OneShot
 
 RECIPES = RESOURCES / "datasets.yaml"
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "datasets_in_image.py"
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "in_image.py"  # the datasets step inside the image
 
 ENDPOINTS = {
     "hf": "https://huggingface.co",

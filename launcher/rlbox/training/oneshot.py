@@ -105,8 +105,8 @@ def run(client, job: OneShot, *, where: str = "local", emit: Callable[[str], Non
     ensure_image(client, job.image, where)
     box = None
     chunks: list[str] = []
-    try:
-        with engine.sigterm_as_interrupt():
+    with engine.sigterm_as_interrupt():
+        try:
             try:
                 engine.remove_stale(client, job.name)
                 box = client.containers.create(**job.docker_py())
@@ -128,8 +128,8 @@ def run(client, job: OneShot, *, where: str = "local", emit: Callable[[str], Non
                 emit(pending)
             status = box.wait()
             return Result(int(status.get("StatusCode", 1)), "".join(chunks))
-    except KeyboardInterrupt:
-        raise RlboxError(f"interrupted; container {job.name} removed", exit_code=130) from None
-    finally:
-        if box is not None:
-            engine.remove_quietly(box)
+        except KeyboardInterrupt:
+            raise RlboxError(f"interrupted; container {job.name} removed", exit_code=130) from None
+        finally:
+            if box is not None:
+                engine.remove_quietly(box)

@@ -181,8 +181,8 @@ def start(p: ServePlan, node, *, timeout: float, echo: Callable[[str], None], st
         write_stand_ins(Path(p.sim_files), hardware, p.npus, driver)
     box = None
     done = False
-    try:
-        with engine.sigterm_as_interrupt():
+    with engine.sigterm_as_interrupt():
+        try:
             try:
                 box = client.containers.create(**p.container.docker_py())
                 box.start()
@@ -205,11 +205,11 @@ def start(p: ServePlan, node, *, timeout: float, echo: Callable[[str], None], st
                     return f"{p.url}/v1"
                 time.sleep(0.5)
             raise RlboxError(f"server container {p.container.name} not healthy after {timeout:.0f} s ({missing}): {_last_line(box)}")
-    except KeyboardInterrupt:
-        raise RlboxError(f"interrupted; {p.container.name} removed", exit_code=130) from None
-    finally:
-        if box is not None and not done:
-            engine.remove_quietly(box)
+        except KeyboardInterrupt:
+            raise RlboxError(f"interrupted; {p.container.name} removed", exit_code=130) from None
+        finally:
+            if box is not None and not done:
+                engine.remove_quietly(box)
 
 
 def _last_line(box) -> str:
