@@ -10,6 +10,7 @@ import docker
 import pytest
 
 from conftest import rlbox
+from support.engine import leftovers
 from rlbox.cluster import hosts, launch, sim
 from rlbox.cluster.plan import ports_for
 from rlbox.cluster.preflight import facts
@@ -54,7 +55,7 @@ def test_broken_simulated_host_is_named_with_its_fix(runs, tmp_path, case, sim, 
     run = rlbox("run", "--sim", "--cluster", cluster, "--hardware", "a3", "--name", "t-doc-bad", "--runs-dir", runs, "--smoke-test")
     assert run.returncode == 2
     assert f"pre-flight: node1 (bad): ✗ {check}: {detail}" in run.stderr and "nothing was started" in run.stderr
-    assert docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.run=t-doc-bad"}) == []
+    assert leftovers("t-doc-bad") == []
 
 
 def test_port_held_leftover_container_and_missing_path(runs, tmp_path):

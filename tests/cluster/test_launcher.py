@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import docker
 import pytest
 
 from conftest import REPO, rlbox

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, rlbox
+from conftest import rlbox
 from rlbox.cluster import spec as cluster
 from rlbox.cluster import jobs
 from rlbox.cluster import launch

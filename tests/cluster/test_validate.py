@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from pathlib import Path
 
 import docker
 import pytest
 
-from support import selftest
 from conftest import rlbox
+from support.engine import leftovers
 from rlbox.cluster import recipes
 from rlbox.cluster.preflight import validate
 
@@ -135,7 +134,7 @@ def test_run_with_a_seed_typo_starts_nothing(engine, sim_image, tmp_path, verl_s
     assert proc.returncode == 2
     assert expected in proc.stderr
     assert "nothing was started" in proc.stderr
-    assert docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.run=t-typo"}) == []
+    assert leftovers("t-typo") == []
     assert not (runs / "t-typo" / "state.json").exists()
 
 

@@ -8,7 +8,6 @@ import pytest
 
 from conftest import REPO, rlbox
 from rlbox.image import build
-from rlbox.image import matrix
 from rlbox.core.errors import RlboxError
 
 

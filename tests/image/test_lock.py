@@ -11,7 +11,6 @@ import yaml
 
 from support import selftest
 from conftest import REPO, rlbox
-from rlbox.image import lockfile as lock
 from rlbox.image import resolve
 from rlbox.image import matrix
 from rlbox.image import render

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import subprocess
 
 import dockerfile
-import pytest
 
 from conftest import REPO, rlbox
-from rlbox.image import matrix
-from rlbox.image import render
 
 
 def test_committed_dockerfiles_are_current():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import docker
 import pytest
 
 from support import selftest

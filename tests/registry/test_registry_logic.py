@@ -13,8 +13,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conftest import REPO
-from rlbox.image import matrix
 from rlbox.image import transfer
 from rlbox.core.errors import RlboxError
 from rlbox.registry.auth import Credentials, credentials_for, parse_www_authenticate, scrub

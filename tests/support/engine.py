@@ -1,5 +1,6 @@
 """What a test left on the engine, found by rlbox's labels (docker-stacks' TrackedContainer idea:
-every container and network a test makes is labelled, so cleanup never guesses by name)."""
+every container and network rlbox makes is labelled, so cleanup and "nothing left" checks never
+guess by name)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,42 @@ import docker
 
 MANAGED = "io.rlbox.managed"
 RUN = "io.rlbox.run"
+SERVE = "io.rlbox.serve"
+TASK = "io.rlbox.task"
 
 
-def leftovers(name: str) -> list[str]:
-    """Containers and the simulation network of run ``name`` still on the engine."""
-    client = docker.from_env()
-    boxes = client.containers.list(all=True, filters={"label": f"{RUN}={name}"})
-    nets = client.networks.list(names=[f"rlbox-{name}"])
-    return [b.name for b in boxes] + [n.name for n in nets]
+def labelled(key: str, value: str = "true") -> list:
+    """Every container, running or not, carrying label ``key=value``."""
+    return docker.from_env().containers.list(all=True, filters={"label": f"{key}={value}"})
+
+
+def names(key: str, value: str = "true") -> list[str]:
+    return [b.name for b in labelled(key, value)]
+
+
+def remove_labelled(key: str, value: str = "true") -> None:
+    for box in labelled(key, value):
+        box.remove(force=True)
+
+
+def leftovers(run: str) -> list[str]:
+    """Containers and the simulation network of run ``run`` still on the engine."""
+    nets = docker.from_env().networks.list(names=[f"rlbox-{run}"])
+    return names(RUN, run) + [n.name for n in nets if n.name == f"rlbox-{run}"]
+
+
+def remove_run(run: str) -> None:
+    """Remove run ``run``'s containers and its simulation network."""
+    remove_labelled(RUN, run)
+    for net in docker.from_env().networks.list(names=[f"rlbox-{run}"]):
+        if net.name == f"rlbox-{run}":  # the engine matches names by substring
+            net.remove()
 
 
 def remove_test_runs(prefix: str = "t-") -> None:
     """Remove every rlbox container and network of runs named ``prefix``... (tests' own runs only)."""
     client = docker.from_env()
-    for box in client.containers.list(all=True, filters={"label": f"{MANAGED}=true"}):
+    for box in labelled(MANAGED):
         if box.labels.get(RUN, "").startswith(prefix):
             box.remove(force=True)
     for net in client.networks.list(filters={"label": f"{MANAGED}=true"}):

@@ -5,18 +5,17 @@ JSON mapping (seed 001's DianJin example), and the one-line errors."""
 
 from __future__ import annotations
 
-import functools
 import http.server
 import json
 import threading
 from pathlib import Path
 
-import docker
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import rlbox
+from support.engine import TASK, names
 
 pytestmark = pytest.mark.engine
 
@@ -152,5 +151,4 @@ def test_bad_inputs_are_one_line(hub, tmp_path, workflow_image):
             "data/dapo-math-17k.parquet") in dry.stdout
     dry = rlbox("data", "prepare", "dapo-math-17k", "--image", workflow_image, "--out", out, "--endpoint", "hf-mirror", "--dry-run")
     assert "https://hf-mirror.com/datasets/BytedTsinghua-SIA/DAPO-Math-17k/resolve/main/data/dapo-math-17k.parquet" in dry.stdout
-    client = docker.from_env()
-    assert [b.name for b in client.containers.list(all=True, filters={"label": "io.rlbox.task=data"})] == []
+    assert names(TASK, "data") == []

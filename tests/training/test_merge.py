@@ -15,10 +15,10 @@ import json
 import struct
 from pathlib import Path
 
-import docker
 import pytest
 
 from conftest import REPO, rlbox
+from support.engine import MANAGED, names
 
 pytestmark = pytest.mark.engine
 FIXTURES = REPO / "tests" / "fixtures" / "workflow"
@@ -35,9 +35,7 @@ def tensors(path: Path) -> dict[str, tuple[str, list[int], bytes]]:
 
 
 def leftovers(prefix: str) -> list[str]:
-    client = docker.from_env()
-    return [b.name for b in client.containers.list(all=True, filters={"label": "io.rlbox.managed=true"})
-            if b.name.startswith(prefix)]
+    return [name for name in names(MANAGED) if name.startswith(prefix)]
 
 
 @pytest.fixture(scope="module")

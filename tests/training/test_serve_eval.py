@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import socket
 
-import docker
 import pytest
 
 from conftest import REPO, rlbox
+from support.engine import SERVE, names, remove_labelled
 
 pytestmark = pytest.mark.engine
 STAND_IN = REPO / "tests" / "fixtures" / "workflow" / "ais_bench"
@@ -39,8 +39,7 @@ def model_dir(path, right: int):
 
 
 def serving(name):
-    client = docker.from_env()
-    return [b.name for b in client.containers.list(all=True, filters={"label": f"io.rlbox.serve={name}"})]
+    return names(SERVE, name)
 
 
 @pytest.fixture
@@ -50,8 +49,7 @@ def env(tmp_path, sim_image):
     (data / "aime.jsonl").write_text("".join(json.dumps({"origin_prompt": q, "gold_answer": a}) + "\n" for q, a in QUESTIONS))
     yield tmp_path
     for name in ("t-before", "t-after", "t-bad"):
-        for box in docker.from_env().containers.list(all=True, filters={"label": f"io.rlbox.serve={name}"}):
-            box.remove(force=True)
+        remove_labelled(SERVE, name)
 
 
 def test_serve_eval_compare(env):

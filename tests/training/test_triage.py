@@ -12,10 +12,10 @@ import shutil
 import tarfile
 from pathlib import Path
 
-import docker
 import pytest
 
 from conftest import REPO, rlbox
+from support.engine import leftovers, remove_run
 from rlbox.cluster import execute as run_mod
 from rlbox.training import triage
 
@@ -238,8 +238,7 @@ def test_failed_job_on_a_sim_cluster_is_triaged_before_teardown(tmp_path, sim_im
         assert (folder / "node0" / "ray" / "raylet.out").is_file() and (folder / "node1" / "ray" / "raylet.out").is_file()
         assert not list(folder.glob("node*/ray/*.log")) or all(p.name == "dashboard_agent.log" for p in folder.glob("node*/ray/*.log"))
         assert state["phase"] == "removed" and state["status"] == "FAILED"
-        boxes = docker.from_env().containers.list(all=True, filters={"label": f"io.rlbox.run={name}"})
-        assert boxes == []  # torn down after the triage
+        assert leftovers(name) == []  # torn down after the triage
         # the job log, as Ray wrote it (prefixes, colours), reads back as metrics
         metrics = json.loads(rlbox("metrics", name, "--runs-dir", runs, "--json").stdout)
         assert [r["critic/rewards/mean"] for r in metrics["records"]] == [-0.25, 0.0, 0.25]
@@ -248,10 +247,5 @@ def test_failed_job_on_a_sim_cluster_is_triaged_before_teardown(tmp_path, sim_im
         again = rlbox("triage", name, "--runs-dir", runs)
         assert again.returncode == 0 and "[hccl-socket-timeout]" in again.stdout
     finally:
-        client = docker.from_env()
-        for box in client.containers.list(all=True, filters={"label": f"io.rlbox.run={name}"}):
-            box.remove(force=True)
-        for net in client.networks.list(names=[f"rlbox-{name}"]):
-            if net.name == f"rlbox-{name}":
-                net.remove()
+        remove_run(name)
         shutil.rmtree(runs, ignore_errors=True)
