@@ -127,10 +127,10 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
     plan, rec = launch.plan_for_validation(hosts=hosts, cluster_file=cluster_file, nodes=nodes, devices=devices,
                                            hardware=hardware, recipe=recipe, params=list(params), sets=list(sets),
                                            command=list(command))
-    checks.verl_argv(plan)
-    tree = checks.tree_for_validation(plan, image=image, verl_version=verl_version, verl_config=verl_config,
+    argv = checks.verl_argv(plan)
+    tree = checks.tree_for_validation(image=image, verl_version=verl_version, verl_config=verl_config,
                                       recipe=rec, client_factory=engine.local_client)
-    click.echo(checks.validate_plan(plan, tree, warn=lambda line: err.print(f"rlbox: {line}", markup=False)))
+    click.echo(checks.validate_plan(plan, argv, tree, warn=lambda line: err.print(f"rlbox: {line}", markup=False)))
 
 
 @click.command("doctor")

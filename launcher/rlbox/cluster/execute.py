@@ -109,10 +109,7 @@ class Cluster:
             raise errors[0]
 
     def connect_dashboard(self) -> str:
-        if self.plan.sim:
-            self.dashboard = f"http://127.0.0.1:{self.plan.ports.dashboard}"
-        else:
-            self.dashboard = self.nodes[0].forward(self.plan.head, self.plan.ports.dashboard)
+        self.dashboard = self.nodes[0].dashboard(self.plan.head, self.plan.ports.dashboard, self.plan.sim)
         return self.dashboard
 
     def exited_node(self) -> str | None:

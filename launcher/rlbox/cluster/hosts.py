@@ -115,6 +115,11 @@ class Node:
     client: object
     tunnels: list[Tunnel] = field(default_factory=list)
 
+    def dashboard(self, head: str, port: int, sim: bool) -> str:
+        """The Ray dashboard of a cluster whose head is this node: a simulation publishes it
+        on this machine's loopback; a real head is reached through ``forward``."""
+        return f"http://127.0.0.1:{port}" if sim else self.forward(head, port)
+
     def forward(self, address: str, port: int) -> str:
         """A local URL reaching ``address:port`` as seen from this host."""
         if self.host.local:

@@ -84,6 +84,13 @@ class Host:
     transport: str = "auto"  # local | ssh | auto (local for localhost/this host without ssh settings)
     sim: SimHost = SimHost()
 
+    @classmethod
+    def from_record(cls, record: dict, name_key: str = "host") -> "Host":
+        """The host a saved record (a run's node, a server) names, reached as it was then."""
+        return cls(name=record[name_key], ssh_user=record.get("ssh_user"), ssh_port=record.get("ssh_port"),
+                   identity_file=record.get("identity_file"), known_hosts=record.get("known_hosts"),
+                   transport=record.get("transport", "auto"))
+
     @property
     def local(self) -> bool:
         if self.transport != "auto":

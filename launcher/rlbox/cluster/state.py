@@ -68,16 +68,11 @@ class RunState:
 
     def hosts(self) -> tuple[Host, ...]:
         """The hosts of the run's nodes, as the plan reached them."""
-        return tuple(Host(name=n["host"], ssh_user=n.get("ssh_user"), ssh_port=n.get("ssh_port"),
-                          identity_file=n.get("identity_file"), known_hosts=n.get("known_hosts"),
-                          transport=n.get("transport", "auto")) for n in self.nodes)
+        return tuple(Host.from_record(n) for n in self.nodes)
 
     def dashboard(self, head_node) -> str:
-        """The Ray dashboard's URL from here: the published port of a simulation, else a tunnel."""
-        port = self.plan["ports"]["dashboard"]
-        if self.plan.get("sim"):
-            return f"http://127.0.0.1:{port}"
-        return head_node.forward(self.plan["head"], port)
+        """The Ray dashboard's URL from here (hosts.Node.dashboard)."""
+        return head_node.dashboard(self.plan.get("head"), self.plan["ports"]["dashboard"], bool(self.plan.get("sim")))
 
     def job_log(self) -> Path | None:
         return Path(self.log) if self.log and Path(self.log).is_file() else None

@@ -353,7 +353,9 @@ def endpoint_for(endpoint: str | None, runs_dir: Path, name: str) -> Endpoint:
     """The server to evaluate: ``--endpoint``, else the one `rlbox serve --name NAME` started."""
     if endpoint:
         return Endpoint.parse(endpoint)
-    state_path = runs_dir / "serve" / f"{name}.json"
+    from rlbox.training.serve import state_path as serve_record
+
+    state_path = serve_record(runs_dir, name)
     if not state_path.is_file():
         raise RlboxError(f"eval: no --endpoint and no server named '{name}' under {runs_dir} (rlbox serve MODEL)")
     state = json.loads(state_path.read_text())

@@ -22,9 +22,14 @@ from pathlib import Path
 
 import requests
 
-from rlbox.cluster.spec import Host, Mount
+from rlbox.cluster import launch
+from rlbox.cluster.hosts import connect, count_devices
+from rlbox.cluster.sim import write_stand_ins
+from rlbox.cluster.spec import Host, Mount, from_hosts
 from rlbox.core import engine
+from rlbox.core.config import parse_pairs
 from rlbox.core.errors import RlboxError
+from rlbox.training.oneshot import ensure_image
 from rlbox.cluster.plan import (BASE_ENV, CONTROL_DEVICES, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, LABEL_MANAGED, NOFILE, NPROC,
                    NPU_SMI, SIM_DRIVER, ContainerSpec)
 
@@ -168,9 +173,6 @@ def _answers(url: str) -> str | None:
 def start(p: ServePlan, node, *, timeout: float, echo: Callable[[str], None], state_path: Path, hardware: str,
           driver: str) -> str:
     """Start the server and wait until it answers; on any failure remove its container."""
-    from rlbox.training.oneshot import ensure_image
-    from rlbox.cluster.sim import write_stand_ins
-
     client = node.client
     ensure_image(client, p.image, p.host.name)
     live = client.containers.list(all=True, filters={"label": f"{LABEL_SERVE}={p.name}"})
@@ -228,9 +230,7 @@ def stop(client, name: str) -> int:
 
 
 def host_of(state: dict) -> Host:
-    return Host(name=state["host"], ssh_user=state.get("ssh_user"), ssh_port=state.get("ssh_port"),
-                identity_file=state.get("identity_file"), known_hosts=state.get("known_hosts"),
-                transport=state.get("transport", "auto"))
+    return Host.from_record(state)
 
 
 def state_path(runs_dir: Path, name: str) -> Path:
@@ -241,8 +241,6 @@ def state_path(runs_dir: Path, name: str) -> Path:
 def stop_named(runs_dir: Path, name: str) -> tuple[int, str]:
     """`rlbox serve --stop`: remove server NAME's container(s) on its host and its record;
     the number removed and the host."""
-    from rlbox.cluster.hosts import connect
-
     path = state_path(runs_dir, name)
     if not path.is_file():
         raise RlboxError(f"no server named '{name}' under {runs_dir} (rlbox serve MODEL --name {name} starts one)")
@@ -262,11 +260,6 @@ def plan_request(load_matrix, *, model: str | None, hosts: str | None, sim: bool
     """`rlbox serve MODEL` options to a plan: the one host (this machine unless --hosts), the
     image (RELEASE:VARIANT through ``image_ref``; the sim image for --sim), the NPUs it has.
     ``load_matrix`` reads images/ only once the options are known to be consistent."""
-    from rlbox.cluster import launch
-    from rlbox.cluster.hosts import count_devices
-    from rlbox.cluster.spec import from_hosts
-    from rlbox.core.config import parse_pairs
-
     if not model:
         raise RlboxError("serve: give MODEL (a Hugging Face model folder), or --stop")
     if hosts and sim:
@@ -294,8 +287,6 @@ def plan_request(load_matrix, *, model: str | None, hosts: str | None, sim: bool
 
 def serve(p: ServePlan, *, timeout: float, echo: Callable[[str], None], runs_dir: Path, hardware: str) -> str:
     """Carry out the plan on its host: the server started, answering, recorded; its endpoint."""
-    from rlbox.cluster.hosts import connect
-
     if (p.host.local or p.sim) and not Path(p.model).is_dir():
         raise RlboxError(f"MODEL {p.model} is not a folder")
     node = connect(p.host)

@@ -69,7 +69,7 @@ def verl_argv(plan: RunPlan) -> list[str]:
     return list(plan.job.argv)
 
 
-def tree_for_validation(plan: RunPlan, *, image: str | None, verl_version: str | None, verl_config,
+def tree_for_validation(*, image: str | None, verl_version: str | None, verl_config,
                         recipe, client_factory):
     """Which verl `rlbox validate` checks against: a folder or PyPI version given, else the verl
     in the image (given, or the recipe's release for its hardware) read through the local engine."""
@@ -83,9 +83,8 @@ def tree_for_validation(plan: RunPlan, *, image: str | None, verl_version: str |
     return validate.from_image(client_factory(), target)
 
 
-def validate_plan(plan: RunPlan, tree, warn) -> str:
-    """`rlbox validate`: the plan's verl job checked against ``tree``; the summary line."""
-    argv = verl_argv(plan)
+def validate_plan(plan: RunPlan, argv: list[str], tree, warn) -> str:
+    """`rlbox validate`: the plan's verl job ``argv`` (``verl_argv``) checked against ``tree``; the summary line."""
     report(validate.check(tree, argv, len(plan.nodes), plan.npus_per_node), tree, warn)
     return (f"valid: {argv[2] if len(argv) > 2 else ''} with {len(validate.hydra_overrides(argv))} overrides "
             f"for {len(plan.nodes)} x {plan.npus_per_node} NPUs against {tree.origin}")
