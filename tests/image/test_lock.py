@@ -3,6 +3,7 @@ matrix and lock agree, and how rendered Dockerfiles consume it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -11,9 +12,7 @@ import yaml
 
 from support import selftest
 from conftest import REPO, rlbox
-from rlbox.image import resolve
-from rlbox.image import matrix
-from rlbox.image import render
+from rlbox.image import matrix, pylock, render, requirements, resolve
 from rlbox.core.errors import RlboxError
 
 
@@ -42,8 +41,8 @@ def test_changed_pin_makes_the_lock_stale_and_build_refuses(tree):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0
     assert "was locked from other manifest inputs: run `rlbox lock rlbox_sim` before building" in proc.stderr
-    # A stale lock is never rendered into the Dockerfile: pip would be held to the old versions.
-    assert render.constraints(matrix.load(tree).get("rlbox_sim:amd64")).count("==") == 0
+    # A stale lock is never rendered into the build: it would install the old versions.
+    assert render.locked_requirements(matrix.load(tree).get("rlbox_sim:amd64")).count("==") == 0
 
 
 def test_patches_and_build_env_do_not_stale_a_lock(tree):
@@ -55,15 +54,19 @@ def test_patches_and_build_env_do_not_stale_a_lock(tree):
     assert proc.returncode == 0, proc.stdout
 
 
-def test_locked_dockerfile_installs_under_the_lock_and_pins_the_base(tree):
+def test_locked_dockerfile_installs_exactly_the_lock_and_pins_the_base(tree):
     m = matrix.load(REPO)
     v = m.get("rlbox_sim:amd64")
     locked = json.loads((REPO / "images" / "lock" / "rlbox_sim.json").read_text())["variants"]["amd64"]
-    constraints = (REPO / v.dockerfile.parent / "constraints.txt").read_text().splitlines()
-    assert "ray==2.60.0" in constraints
-    assert {f"{n}=={p['version']}" for n, p in locked["pip"]["packages"].items()} == {c for c in constraints if "==" in c}
+    ray = locked["pip"]["packages"]["ray"]
+    lines = (REPO / v.dockerfile.parent / "requirements.lock").read_text()
+    assert f"ray==2.60.0 \\\n    --hash=sha256:{ray['sha256']}\n" in lines
+    pinned = {line.split(" ")[0] for line in lines.splitlines() if "==" in line and not line.startswith("#")}
+    assert pinned == {f"{n}=={p['version']}" for n, p in locked["pip"]["packages"].items()}
+    assert ray["file"].endswith(".whl") and ray["url"].endswith(ray["file"]) and ray["index"] == "https://pypi.org/simple"
     text = (REPO / v.dockerfile).read_text()
-    assert f"COPY {v.dockerfile.parent}/constraints.txt /etc/rlbox/constraints.txt" in text
+    assert f"COPY {v.dockerfile.parent}/requirements.lock {v.dockerfile.parent}/requirements-sdist.lock /etc/rlbox/" in text
+    assert "rlbox-pip --locked" in text
     assert json.loads((REPO / v.dockerfile.parent / "image.json").read_text())["lock"]["pip"]["ray"] == "2.60.0"
 
     # With a base digest in the lock, FROM names exactly that image and the labels record it.
@@ -79,18 +82,35 @@ def test_locked_dockerfile_installs_under_the_lock_and_pins_the_base(tree):
     assert f"io.rlbox.lock={tv.lock.digest()}" in text
 
 
-def test_flagship_locks_resolve_for_their_own_platform():
-    """The committed arm64 locks hold torch-npu and no CUDA wheels; A+X takes the CPU torch."""
+def test_flagship_locks_are_complete_for_their_own_platform():
+    """Every variant locks its whole Python set (hundreds of packages, git sources' requirements
+    included) for its own platform; what this machine could not reach is a recorded substitution."""
     data = json.loads((REPO / "images" / "lock" / "verl_pt27_25rc3.json").read_text())["variants"]
     for name in ("a2-arm", "a3-arm"):
-        pkgs = data[name]["pip"]["packages"]
+        pip = data[name]["pip"]
+        pkgs = pip["packages"]
+        assert len(pkgs) > 200
         assert pkgs["torch"]["version"] == "2.7.1" and pkgs["torch-npu"]["version"] == "2.7.1"
-        assert not [p for p in pkgs if p.startswith("nvidia-")]
+        assert not [p for p in pkgs if p.startswith("nvidia-")] and "triton" not in pkgs
+        assert pkgs["numpy"]["version"] == "1.26.0"  # MindSpeed's numpy<=1.26.0, read from its source
+        assert pkgs["hydra-core"]["version"].startswith("1.3")  # antlr4's sdist allowed, nothing degraded
+        assert pkgs["antlr4-python3-runtime"]["file"].endswith(".tar.gz")
+        assert all(len(p["sha256"]) == 64 and p["url"].endswith(p["file"]) for p in pkgs.values())
+        # git sources are built by the image, never taken from an index
+        assert not {"transformers", "vllm", "verl", "mindspeed", "vllm-ascend"} & set(pkgs)
+        assert pip["provided"]["vllm_ascend"] == "vllm_ascend==0.10.0rc2.dev53+g1de16ead8"
+        assert [d["requirement"] for d in pip["dropped"]] == ["torch-npu==2.7.1.dev20250724"] * 2
+        assert data[name]["git"]["vllm_ascend"]["version"] == "0.10.0rc2.dev53+g1de16ead8"
     ax = data["ax-x86"]["pip"]
-    if ax["packages"]:
-        assert ax["packages"]["torch"]["version"] == "2.7.1+cpu"
-    else:  # locked where download.pytorch.org was out of reach: the lock says so, not silently empty
-        assert ax["note"] == "https://download.pytorch.org/whl/cpu not reachable from here; lock again where it is"
+    torch = ax["packages"]["torch"]
+    if ax["substitutions"]:  # locked where download.pytorch.org was out of reach: recorded, never silent
+        assert torch["standin_for"] == "torch==2.7.1+cpu" and torch["version"] == "2.7.1"
+        assert ax["substitutions"][0]["for"] == "torch==2.7.1+cpu"
+    else:
+        assert torch["version"] == "2.7.1+cpu"
+    assert ax["packages"]["torchvision"]["version"].startswith("0.22.1")  # the torchvision of torch 2.7.1
+    vl = json.loads((REPO / "images" / "lock" / "verl_pt27_cann82rc1.json").read_text())["variants"]["a2-arm"]
+    assert {"qwen-vl-utils", "mathruler"} <= set(vl["pip"]["packages"])  # verl[geo]: the geo3k recipe's imports
 
 
 def test_pip_markers_are_evaluated_for_the_target(tmp_path):
@@ -104,13 +124,85 @@ def test_pip_markers_are_evaluated_for_the_target(tmp_path):
     release["components"] = {"torch": {"pip": "torch==2.7.1"}}
     (tmp_path / "images" / "rlbox_sim.yaml").write_text(yaml.safe_dump(release))
     m = matrix.load(tmp_path)
-    ca = "/etc/ssl/certs/ca-certificates.crt"
-    arm = resolve.resolve_pip(m.get("rlbox_sim:arm64"), ca_bundle=ca)["packages"]
-    x86 = resolve.resolve_pip(m.get("rlbox_sim:amd64"), ca_bundle=ca)["packages"]
+
+    def packages(ref):
+        v = m.get(ref)
+        return pylock.resolve(v, requirements.gather(v, sources_for=None))["packages"]
+
+    arm, x86 = packages("rlbox_sim:arm64"), packages("rlbox_sim:amd64")
     assert arm["torch"]["version"] == x86["torch"]["version"] == "2.7.1"
     assert not [p for p in arm if p.startswith("nvidia-")]
     assert "nvidia-cublas-cu12" in x86
+    assert "aarch64" in arm["torch"]["file"] and "x86_64" in x86["torch"]["file"]
     assert all(len(p["sha256"]) == 64 for p in arm.values())
+
+
+def test_unreachable_index_without_a_stand_in_is_left_unresolved(m):
+    """Never resolved from another index silently: the variant's Python set stays unlocked."""
+    v = m.get("verl_pt27_cann82rc1:a2-arm")
+    torch_npu = next(c for c in v.components if c.name == "torch_npu")
+    bare = dataclasses.replace(torch_npu, spec=torch_npu.spec.model_copy(update={"standin": None}))
+    v = dataclasses.replace(v, components=tuple(bare if c.name == "torch_npu" else c for c in v.components))
+    gathered = requirements.Gathered(asked=[requirements.Asked(bare.spec.pip, "manifest")])
+    section = pylock.resolve(v, gathered, probe=lambda url: False)
+    assert section["packages"] == {}
+    assert section["unresolved"] == [{"requirement": "torch-npu==2.7.1.dev20250724",
+                                      "index": "https://mirrors.huaweicloud.com/ascend/repos/pypi",
+                                      "why": "mirrors.huaweicloud.com is not reachable from the machine that locked"}]
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("torch==2.7.1\n", ["torch==2.7.1"]),
+    ("# comment\n\n--extra-index-url https://x\n--pre\nnumpy<2.0.0  # why\n", ["numpy<2.0.0"]),
+    ("xgrammar == 0.1.21; platform_machine == \"x86_64\"\n", ['xgrammar == 0.1.21; platform_machine == "x86_64"']),
+    ("-r common.txt\nninja\n", ["transformers>=4.55", "ninja"]),
+], ids=["pin", "options and comments dropped", "marker kept", "include followed"])
+def test_requirement_files_are_read_as_setup_py_reads_them(text, expected):
+    assert requirements.parse_lines(text, "x.txt", include=lambda f: ["transformers>=4.55"]) == expected
+
+
+def test_a_bad_requirement_line_names_its_file():
+    with pytest.raises(RlboxError) as err:
+        requirements.parse_lines("torch=<2\n", "vllm requirements/common.txt (git 38217877aa70)")
+    assert str(err.value).startswith("vllm requirements/common.txt (git 38217877aa70): 'torch=<2' is not a requirement")
+
+
+# ---------------------------------------------------------------------------------------------
+# git sources' own requirements, from a real repository (the fixture declares `idna>=3`).
+
+
+def _tree_for_fixture(tmp_path, fixture_repo, components):
+    tree = tmp_path / "tree"
+    (tree / "images").mkdir(parents=True)
+    for name in ("hardware.yaml", "defaults.yaml"):
+        shutil.copy(REPO / "images" / name, tree / "images")
+    for d in ("templates", "patches"):
+        (tree / d).mkdir()
+    data = selftest.manifest(f"file://{fixture_repo.path}", fixture_repo.commit, [])
+    data["components"] = {**components, "fixture": {"git": f"file://{fixture_repo.path}", "commit": fixture_repo.commit}}
+    (tree / "images" / "selftest.yaml").write_text(yaml.safe_dump(data))
+    return matrix.load(tree).variants[0]
+
+
+def test_git_source_requirements_come_from_its_metadata_into_the_lock(tmp_path, fixture_repo):
+    v = _tree_for_fixture(tmp_path, fixture_repo, {"six": {"pip": "six==1.17.0"}})
+    entry = resolve.resolve(v).entry
+    pkgs = entry["pip"]["packages"]
+    assert "idna" in pkgs and pkgs["six"]["version"] == "1.17.0"
+    assert "rlbox-fixture" not in pkgs  # the source itself is built by the image
+    assert entry["pip"]["provided"] == {"fixture": "rlbox-fixture==1.0.0"}
+    assert "idna>=3  # fixture metadata (git " + fixture_repo.commit[:12] + ")" in entry["pip"]["asked"]
+    assert (v.root / ".rlbox-sources" / "git" / f"fixture-{fixture_repo.commit}.git").is_dir()
+
+
+def test_a_conflict_names_both_requirements_and_who_asks(tmp_path, fixture_repo):
+    v = _tree_for_fixture(tmp_path, fixture_repo, {"idna": {"pip": "idna==2.10"}})
+    with pytest.raises(RlboxError) as err:
+        resolve.resolve(v)
+    line = str(err.value)
+    assert "\n" not in line and "cannot be resolved for linux/" in line
+    assert "idna==2.10 asked by images/selftest.yaml components.idna" in line
+    assert "idna>=3 asked by fixture metadata" in line
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ not macros; the last section renders Dockerfile.j2 whole and compares those step
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import textwrap
 from pathlib import Path
@@ -17,7 +18,7 @@ import jinja2
 import pytest
 
 from rlbox.core.errors import RlboxError
-from rlbox.image import render
+from rlbox.image import lockfile, render
 from rlbox.image.matrix import (
     Component,
     Hardware,
@@ -157,51 +158,26 @@ def test_system_packages_dnf(m):
 # Components, one install form each.
 
 
+def locked(v: ResolvedVariant, git: dict | None = None, pip: dict | None = None) -> ResolvedVariant:
+    """``v`` with a fresh lock entry holding ``git`` and ``pip`` records."""
+    entry = {"inputs": "sha256:x", "base": {"digest": None}, "git": git or {}, "pip": {"packages": pip or {}}}
+    return dataclasses.replace(v, lock=lockfile.VariantLock("fresh", entry, "images/lock/macros.json"))
+
+
 def test_component_pip_pin(m):
+    # installed by the venv step, from the lock: the component's own step is a note
     assert_golden(m.component(ARM, comp("torch", pip="torch==2.7.1")), r"""
         # ---- torch: torch==2.7.1
-        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            rlbox-pin torch==2.7.1
+        # installed above from the lock
     """)
 
 
-def test_component_pip_with_extras_is_shell_quoted(m):
-    assert_golden(m.component(ARM, comp("ray", pip="ray[default]==2.60.0")), r"""
-        # ---- ray: ray[default]==2.60.0
-        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            rlbox-pin 'ray[default]==2.60.0'
-    """)
-
-
-def test_component_pip_with_index_url(m):
+def test_component_pip_pin_with_a_stand_in_in_the_lock(m):
+    v = locked(X86, pip={"torch": {"version": "2.7.1", "sha256": "ab", "standin_for": "torch==2.7.1+cpu"}})
     torch = comp("torch", pip="torch==2.7.1+cpu", index_url="https://download.pytorch.org/whl/cpu")
-    assert_golden(m.component(X86, torch), r"""
+    assert_golden(m.component(v, torch), r"""
         # ---- torch: torch==2.7.1+cpu
-        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-x86_64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            rlbox-pin torch==2.7.1+cpu --extra-index-url https://download.pytorch.org/whl/cpu
-    """)
-
-
-def test_component_pip_with_pip_args(m):
-    torch_npu = comp("torch_npu", pip="torch-npu==2.7.1", pip_args=["--no-deps", "--config-settings=a b"])
-    assert_golden(m.component(ARM, torch_npu), r"""
-        # ---- torch_npu: torch-npu==2.7.1
-        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            rlbox-pin torch-npu==2.7.1 --no-deps '--config-settings=a b'
-    """)
-
-
-def test_component_pip_with_env(m):
-    ray = comp("ray", pip="ray==2.60.0", env={"RAY_DISABLE_DOCKER_CPU_WARNING": "1"})
-    assert_golden(m.component(ARM, ray), r"""
-        # ---- ray: ray==2.60.0
-        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            env RAY_DISABLE_DOCKER_CPU_WARNING=1 rlbox-pin ray==2.60.0
+        # installed above from the lock (stand-in: see the lock's substitutions)
     """)
 
 
@@ -213,7 +189,7 @@ def test_component_git_editable(m):
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
             --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
             rlbox-git-fetch mindspeed https://github.com/Ascend/MindSpeed.git 1cdd0abd75e40936ad31721c092f57c695dd72c4 \
-         && rlbox-pip -e /opt/rlbox/src/mindspeed
+         && rlbox-pip --source -e /opt/rlbox/src/mindspeed
     """)
 
 
@@ -225,7 +201,7 @@ def test_component_git_install_pip(m):
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
             --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
             rlbox-git-fetch transformers https://github.com/huggingface/transformers.git 8365f70e9259c21058bf18f876006f945d2a99de \
-         && rlbox-pip /opt/rlbox/src/transformers
+         && rlbox-pip --source /opt/rlbox/src/transformers
     """)
 
 
@@ -241,72 +217,63 @@ def test_component_git_install_source_with_ref(m):
     """)
 
 
-def test_component_git_with_subdir_and_env(m):
+def test_component_git_with_subdir_is_fetched_sparse_and_installed_pep660(m):
     rl_plugin = comp("rl_plugin", git="https://github.com/Ascend/MindSpeed-RL.git",
                      commit="194b52b7b34b69963f21bee0d13d01c155cd2db2", ref="v2.2.0", subdir="rl-plugin",
-                     env={"VERL_PATH": "/opt/rlbox/src/verl"})
+                     pip_args=["--use-pep517"])
     assert_golden(m.component(ARM, rl_plugin), r"""
         # ---- rl_plugin: git+https://github.com/Ascend/MindSpeed-RL.git@194b52b7b34b69963f21bee0d13d01c155cd2db2 (v2.2.0)
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
             --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            rlbox-git-fetch rl_plugin https://github.com/Ascend/MindSpeed-RL.git 194b52b7b34b69963f21bee0d13d01c155cd2db2 v2.2.0 \
-         && env VERL_PATH=/opt/rlbox/src/verl rlbox-pip -e /opt/rlbox/src/rl_plugin/rl-plugin
+            rlbox-git-fetch rl_plugin https://github.com/Ascend/MindSpeed-RL.git 194b52b7b34b69963f21bee0d13d01c155cd2db2 v2.2.0 rl-plugin \
+         && rlbox-pip --source --use-pep517 -e /opt/rlbox/src/rl_plugin/rl-plugin
     """)
 
 
-def test_component_git_with_subdir_install_source(m):
+def test_component_git_with_subdir_and_no_ref_install_source(m):
     plugin = comp("plugin", git="https://example.com/plugin.git",
                   commit="0123456789abcdef0123456789abcdef01234567", subdir="python pkg", install="source")
     assert_golden(m.component(ARM, plugin), r"""
         # ---- plugin: git+https://example.com/plugin.git@0123456789abcdef0123456789abcdef01234567
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
             --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            rlbox-git-fetch plugin https://example.com/plugin.git 0123456789abcdef0123456789abcdef01234567 \
+            rlbox-git-fetch plugin https://example.com/plugin.git 0123456789abcdef0123456789abcdef01234567 '' 'python pkg' \
          && echo '/opt/rlbox/src/plugin/python pkg' > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rlbox-plugin.pth"
     """)
 
 
-def test_component_git_with_requirements_and_env(m):
-    vllm = comp("vllm", git="https://github.com/vllm-project/vllm.git",
-                commit="38217877aa70041c0115ee367b75197af9cbc5ad",
-                requirements=["requirements/build.txt", "requirements/common.txt"],
-                env={"VLLM_TARGET_DEVICE": "empty"})
-    assert_golden(m.component(ARM, vllm), r"""
-        # ---- vllm: git+https://github.com/vllm-project/vllm.git@38217877aa70041c0115ee367b75197af9cbc5ad
-        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            rlbox-git-fetch vllm https://github.com/vllm-project/vllm.git 38217877aa70041c0115ee367b75197af9cbc5ad \
-         && rlbox-pip -r /opt/rlbox/src/vllm/requirements/build.txt \
-         && rlbox-pip -r /opt/rlbox/src/vllm/requirements/common.txt \
-         && env VLLM_TARGET_DEVICE=empty rlbox-pip -e /opt/rlbox/src/vllm
-    """)
-
-
-def test_component_git_with_requirements_in_a_subdir(m):
-    plugin = comp("plugin", git="https://example.com/plugin.git",
-                  commit="0123456789abcdef0123456789abcdef01234567", subdir="rl-plugin",
-                  requirements=["requirements.txt"], install="pip")
-    assert_golden(m.component(ARM, plugin), r"""
-        # ---- plugin: git+https://example.com/plugin.git@0123456789abcdef0123456789abcdef01234567
-        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            rlbox-git-fetch plugin https://example.com/plugin.git 0123456789abcdef0123456789abcdef01234567 \
-         && rlbox-pip -r /opt/rlbox/src/plugin/rl-plugin/requirements.txt \
-         && rlbox-pip /opt/rlbox/src/plugin/rl-plugin
-    """)
-
-
-def test_component_git_with_hardware_env_and_pip_args(m):
+def test_component_git_with_env_and_the_locked_scm_version(m):
+    # the version setuptools-scm computed from full history at lock time: a shallow build has no tags
+    v = locked(ARM, git={"vllm_ascend": {"commit": "1de16ead8eecfec8903ec1b330b27a4fa2593c35",
+                                         "version": "0.10.0rc2.dev53+g1de16ead8"}})
     vllm_ascend = comp("vllm_ascend", git="https://github.com/vllm-project/vllm-ascend.git",
-                       commit="1de16ead8eecfec8903ec1b330b27a4fa2593c35", pip_args=["--no-build-isolation"],
+                       commit="1de16ead8eecfec8903ec1b330b27a4fa2593c35",
                        env={"COMPILE_CUSTOM_KERNELS": "1", "SOC_VERSION": "{SOC_VERSION}",
                             "TARGET": "{chip}-{soc_version}-{arch}", "CFLAGS": "-O2 -g"})
-    assert_golden(m.component(ARM, vllm_ascend), r"""
+    assert_golden(m.component(v, vllm_ascend), r"""
         # ---- vllm_ascend: git+https://github.com/vllm-project/vllm-ascend.git@1de16ead8eecfec8903ec1b330b27a4fa2593c35
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
             --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
             rlbox-git-fetch vllm_ascend https://github.com/vllm-project/vllm-ascend.git 1de16ead8eecfec8903ec1b330b27a4fa2593c35 \
-         && env COMPILE_CUSTOM_KERNELS=1 SOC_VERSION=ASCEND910B1 TARGET=910b-ascend910b1-aarch64 CFLAGS='-O2 -g' rlbox-pip -e /opt/rlbox/src/vllm_ascend --no-build-isolation
+         && env COMPILE_CUSTOM_KERNELS=1 SOC_VERSION=ASCEND910B1 TARGET=910b-ascend910b1-aarch64 CFLAGS='-O2 -g' SETUPTOOLS_SCM_PRETEND_VERSION=0.10.0rc2.dev53+g1de16ead8 rlbox-pip --source -e /opt/rlbox/src/vllm_ascend
+    """)
+
+
+def test_component_git_with_a_stand_in_sdist_in_the_lock(m):
+    # the lock records that an sdist stood in for the commit: the build installs exactly that
+    url = "https://files.pythonhosted.org/packages/ae/a8/b5/vllm-0.10.1.1.tar.gz"
+    v = locked(ARM, git={"vllm": {"commit": "38217877aa70041c0115ee367b75197af9cbc5ad", "version": "0.10.1.1",
+                                  "standin": {"used": "sdist vllm==0.10.1.1", "url": url, "sha256": "30" * 32,
+                                              "file": "vllm-0.10.1.1.tar.gz", "for": "git", "why": "test"}}})
+    vllm = comp("vllm", git="https://github.com/vllm-project/vllm.git", commit="38217877aa70041c0115ee367b75197af9cbc5ad",
+                requirements=["requirements/build.txt"], requires=["requirements/common.txt"],
+                env={"VLLM_TARGET_DEVICE": "empty"})
+    assert_golden(m.component(v, vllm), rf"""
+        # ---- vllm: git+https://github.com/vllm-project/vllm.git@38217877aa70041c0115ee367b75197af9cbc5ad
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            rlbox-sdist-fetch vllm {url} {"30" * 32} \
+         && env VLLM_TARGET_DEVICE=empty SETUPTOOLS_SCM_PRETEND_VERSION=0.10.1.1 rlbox-pip --source -e /opt/rlbox/src/vllm
     """)
 
 
@@ -323,25 +290,24 @@ def test_component_git_with_patches(m):
             --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
             rlbox-git-fetch verl https://github.com/volcengine/verl.git 796871d7d092f7cbc6a64e7f4a3796f7a2217f5e \
          && rlbox-apply-patches verl 5d41402abc4b2a76b9719d911017c592ae1f5c1e0c1b5e8f1e5a4c2b9d6e3f70=0001-import-verl-npu-plugin.patch 0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9=0002-fix-npu-device.patch \
-         && rlbox-pip -e /opt/rlbox/src/verl
+         && rlbox-pip --source -e /opt/rlbox/src/verl
     """)
 
 
 def test_component_git_with_everything_in_install_order(m):
-    # patches, then requirements, then the install (with env and pip_args), all in one RUN
+    # patches, then the install (with env and pip_args), all in one RUN; requirements are in the lock
     kitchen = comp("kitchen", git="https://example.com/kitchen.git",
                    commit="0123456789abcdef0123456789abcdef01234567", ref="v1.0", subdir="src",
-                   requirements=["reqs.txt"], install="pip", pip_args=["--no-deps"], env={"A": "1"},
+                   requirements=["reqs.txt"], install="pip", pip_args=["--config-settings=a b"], env={"A": "1"},
                    patches=(patch("kitchen", "0001-sink.patch", VERL_PATCH_SHA),))
     assert_golden(m.component(ARM, kitchen), r"""
         # ---- kitchen: git+https://example.com/kitchen.git@0123456789abcdef0123456789abcdef01234567 (v1.0)
         COPY patches/kitchen/0001-sink.patch /opt/rlbox/patches/kitchen/
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
             --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            rlbox-git-fetch kitchen https://example.com/kitchen.git 0123456789abcdef0123456789abcdef01234567 v1.0 \
+            rlbox-git-fetch kitchen https://example.com/kitchen.git 0123456789abcdef0123456789abcdef01234567 v1.0 src \
          && rlbox-apply-patches kitchen 5d41402abc4b2a76b9719d911017c592ae1f5c1e0c1b5e8f1e5a4c2b9d6e3f70=0001-sink.patch \
-         && rlbox-pip -r /opt/rlbox/src/kitchen/src/reqs.txt \
-         && env A=1 rlbox-pip /opt/rlbox/src/kitchen/src --no-deps
+         && env A=1 rlbox-pip --source '--config-settings=a b' /opt/rlbox/src/kitchen/src
     """)
 
 
@@ -376,7 +342,8 @@ def test_env_prefix_empty_without_env(m):
 
 
 def test_env_prefix_formats_hardware_and_quotes(m):
-    c = comp("x", pip="x==1", env={"SOC_VERSION": "{SOC_VERSION}", "ARCH": "{arch}", "MSG": "a b"})
+    c = comp("x", git="https://example.com/x.git", commit="0123456789abcdef0123456789abcdef01234567",
+             env={"SOC_VERSION": "{SOC_VERSION}", "ARCH": "{arch}", "MSG": "a b"})
     assert m.env_prefix(X86, c) == "env SOC_VERSION=ASCEND910B1 ARCH=x86_64 MSG='a b' "
 
 
@@ -409,33 +376,38 @@ def test_dockerfile_user_step(env):
     """)
 
 
-def test_dockerfile_venv_step_on_the_base_python(env):
+def test_dockerfile_venv_step_installs_exactly_the_lock(env):
     assert_golden(step(ARM, "# ---- Python", env), r"""
-        # ---- Python 3.11 venv outside /home (users mount /home over the image's)
+        # ---- Python 3.11 venv outside /home (users mount /home over the image's), then every
+        # Python package the image gets from an index, exactly as locked (0 files, hashes
+        # required, nothing resolved): PyPI components, CANN's Python packages, and the requirements and
+        # build requirements of every git source below, which then install without resolving anything.
         ENV VIRTUAL_ENV=/opt/rlbox/venv PATH=/opt/rlbox/venv/bin:$PATH
-        # Every pip install below runs under these constraints: the lock's versions, then each pin.
-        COPY dockerfiles/macros/a2/constraints.txt /etc/rlbox/constraints.txt
-        RUN python3 -m venv --system-site-packages /opt/rlbox/venv \
+        COPY dockerfiles/macros/a2/requirements.lock dockerfiles/macros/a2/requirements-sdist.lock /etc/rlbox/
+        RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
+            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            python3 -m venv --system-site-packages /opt/rlbox/venv \
          && mkdir -p /opt/rlbox/src \
-         && touch /etc/rlbox/patches.applied
+         && touch /etc/rlbox/patches.applied \
+         && rlbox-pip --locked
     """)
 
 
-def test_dockerfile_venv_step_on_the_os_python_with_cann_packages(env):
-    v = variant(python="3.10", base_python="3.11",
-                cann={"version": "8.3.RC1", "env_scripts": ["/usr/local/Ascend/ascend-toolkit/set_env.sh"],
-                      "python_packages": ["attrs", "numpy<2"]})
+def test_dockerfile_venv_step_on_the_os_python(env):
+    v = locked(variant(python="3.10", base_python="3.11"), pip={"attrs": {"version": "25.4.0", "sha256": "ab"}})
     assert_golden(step(v, "# ---- Python", env), r"""
-        # ---- Python 3.10 venv outside /home (users mount /home over the image's)
+        # ---- Python 3.10 venv outside /home (users mount /home over the image's), then every
+        # Python package the image gets from an index, exactly as locked (1 files, hashes
+        # required, nothing resolved): PyPI components, CANN's Python packages, and the requirements and
+        # build requirements of every git source below, which then install without resolving anything.
         ENV VIRTUAL_ENV=/opt/rlbox/venv PATH=/opt/rlbox/venv/bin:$PATH
-        # Every pip install below runs under these constraints: the lock's versions, then each pin.
-        COPY dockerfiles/macros/a2/constraints.txt /etc/rlbox/constraints.txt
+        COPY dockerfiles/macros/a2/requirements.lock dockerfiles/macros/a2/requirements-sdist.lock /etc/rlbox/
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
             --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
             /usr/bin/python3.10 -m venv --system-site-packages /opt/rlbox/venv \
          && mkdir -p /opt/rlbox/src \
          && touch /etc/rlbox/patches.applied \
-         && rlbox-pip attrs 'numpy<2'
+         && rlbox-pip --locked
     """)
 
 

@@ -49,7 +49,7 @@ def test_second_release_inherits_and_differs(m):
     pins = {c.name: c.spec for c in v.components}
     assert v.release.cann.version == "8.2.RC1" and v.release.python == "3.11"
     assert v.base_image == "quay.io/ascend/cann:8.2.rc1-910b-ubuntu22.04-py3.11"
-    assert pins["vllm"].ref == "v0.11.0" and pins["vllm"].env == {"VLLM_TARGET_DEVICE": "empty"}
+    assert pins["vllm"].ref == "v0.11.0" and pins["vllm"].env == {"VLLM_TARGET_DEVICE": "empty", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     assert pins["transformers"].pip == "transformers==4.57.1" and pins["transformers"].git is None
     assert "megatron" not in pins and "rl_plugin" not in pins
     assert [p.name for p in v.patches] == ["0002-npu-patch-qwen3-vl.patch", "0003-fsdp-workers-vllm-ascend-patch.patch"]

@@ -37,16 +37,24 @@ def test_every_dockerfile_matches_its_manifest(m):
         assert labels["io.rlbox.soc-version"] == v.hardware.soc_version
         assert labels["io.rlbox.cann"] == v.release.cann.version
         runs = "\n".join(" ".join(c.value) for c in cmds if c.cmd == "RUN")
+        locked = (path.parent / "requirements.lock").read_text()
+        standins = (v.lock.entry or {}).get("git", {})
         for comp in v.components:
             assert labels[f"io.rlbox.component.{comp.name}"] == comp.spec.pin()
-            if comp.spec.pip:
-                assert f"rlbox-pin {shlex.quote(comp.spec.pip)}" in runs
+            if comp.spec.pip:  # from the lock, the real pin or its recorded stand-in
+                name, version = comp.spec.pip.split("[")[0].split("==")[0], comp.spec.pip.split("==")[1]
+                entry = v.lock.pip[name.lower().replace("_", "-")]
+                assert entry["version"] == version or entry["standin_for"] == comp.spec.pip
+                assert f"{name.lower().replace('_', '-')}=={entry['version']} " in locked
+            elif standins.get(comp.name, {}).get("standin"):
+                assert f"rlbox-sdist-fetch {comp.name} {standins[comp.name]['standin']['url']}" in runs
             else:
                 assert f"rlbox-git-fetch {comp.name} {comp.spec.git} {comp.spec.commit}" in runs
             for p in comp.patches:
                 assert f"{p.sha256}={p.name}" in runs
-        # components install in manifest order, which is dependency order
-        order = [runs.index(f" {c.name} ") if c.spec.git else runs.index(c.spec.pip) for c in v.components]
+        assert "rlbox-pip --locked" in runs
+        # git components install in manifest order, which is dependency order
+        order = [runs.index(f" {c.name} ") for c in v.components if c.spec.git]
         assert order == sorted(order)
         # jemalloc for this architecture, the CANN scripts, BASH_ENV, entrypoint
         envs = " ".join(" ".join(c.value) for c in cmds if c.cmd == "ENV")

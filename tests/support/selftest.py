@@ -61,6 +61,7 @@ class FixtureRepo:
             [project]
             name = "rlbox-fixture"
             version = "1.0.0"
+            dependencies = ["idna>=3"]
 
             [tool.setuptools]
             packages = ["rlbox_fixture"]

@@ -27,3 +27,9 @@ def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
     close = nearest(word, choices, 1, cutoff)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of a tool's output (at most 160 characters), for a one-line error."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:160] if lines else "no output"

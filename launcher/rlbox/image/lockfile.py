@@ -7,10 +7,16 @@
   matches and ``rlbox lock --check`` (and rendering) say the lock is stale.
 - ``base``: the base image's content digest (a registry manifest digest), so ``FROM`` names
   exactly one image; or ``null`` with the reason it could not be resolved.
-- ``git``: every git component's commit, in full (tags and short SHAs resolved).
-- ``pip``: every distribution pip picks for the PyPI components and CANN's Python packages,
-  for the variant's platform and Python, with the wheel's sha256. Builds install under these
-  as constraints, so a rebuild months later gets the same wheels.
+- ``git``: every git component's commit, in full (tags and short SHAs resolved), the version
+  its setuptools-scm computes from full history (builds are told it), and, where the source
+  could not be had, the sdist that stood in for it.
+- ``pip``: the whole Python set the build installs (PyPI components, CANN's Python packages,
+  and every git source's declared requirements), resolved by uv for the variant's platform and
+  Python: one file each, with its URL, sha256 and index. Builds install exactly these, hashes
+  required, and install git sources without resolving anything. Also recorded: who asked for
+  what, requirements dropped or excluded (with why), substitutions (a stand-in for what this
+  machine could not reach) and requirements left unresolved here. ``rlbox lock --strict``
+  refuses substitutions and unresolved entries.
 
 Reading, comparing, applying and writing a lock is here, and pure; resolution (git, pip,
 docker, registries) is ``rlbox.image.resolve``.
@@ -27,7 +33,7 @@ from typing import Any
 from rlbox.core.errors import RlboxError
 
 
-SCHEMA = "rlbox.lock/v1"
+SCHEMA = "rlbox.lock/v2"
 
 
 def path_for(root: Path, release: str) -> Path:
@@ -49,6 +55,8 @@ def read(root: Path, release: str) -> dict[str, Any] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as err:
         raise RlboxError(f"{rel(root, path)}: not valid JSON ({err}); run `rlbox lock {release}` to rewrite it") from None
+    if isinstance(data, dict) and data.get("schema") == "rlbox.lock/v1":
+        return None  # the old lock held only PyPI pins: every variant is unlocked until `rlbox lock`
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("variants"), dict):
         raise RlboxError(f"{rel(root, path)}: not an rlbox lock ({SCHEMA}); run `rlbox lock {release}` to rewrite it")
     return data
@@ -95,9 +103,20 @@ class VariantLock:
             return None
         return ((self.entry or {}).get("git") or {}).get(component, {}).get("commit")
 
-    def constraints(self) -> str:
-        lines = [f"{name}=={p['version']}" for name, p in sorted(self.pip.items())]
-        return "".join(line + "\n" for line in lines)
+    @property
+    def section(self) -> dict[str, Any]:
+        return ((self.entry or {}).get("pip") or {}) if self.state == "fresh" else {}
+
+    def substitutions(self) -> list[str]:
+        """Every stand-in this lock holds, one line each (empty for a lock of the real thing)."""
+        out = [f"{s['used']} for {s['for']} ({s['why']})" for s in self.section.get("substitutions", [])]
+        for name, g in ((self.entry or {}).get("git") or {}).items() if self.state == "fresh" else ():
+            if g.get("standin"):
+                out.append(f"{name}: {g['standin']['used']} for {g['standin']['for']} ({g['standin']['why']})")
+        return out
+
+    def unresolved(self) -> list[str]:
+        return [f"{u['requirement']} ({u['why']})" for u in self.section.get("unresolved", [])]
 
     def digest(self) -> str | None:
         if self.state != "fresh" or self.entry is None:

@@ -60,6 +60,21 @@ class ResolvedComponent:
         return d
 
 
+def fill_hardware(value: str, variant: ResolvedVariant) -> str:
+    """Fill ``{soc_version}``/``{SOC_VERSION}``/``{chip}``/``{arch}`` in a component's build env."""
+    hw = variant.hardware
+    try:
+        return value.format(
+            soc_version=hw.soc_version, SOC_VERSION=hw.soc_version.upper(), chip=hw.chip, arch=variant.arch
+        )
+    except (KeyError, IndexError, ValueError) as err:
+        raise RlboxError(
+            f"{variant.manifest_rel}: component env value {value!r} has an unknown placeholder {err}; "
+            "use {soc_version}, {SOC_VERSION}, {chip} or {arch}"
+        ) from None
+
+
+
 @dataclass(frozen=True)
 class ResolvedVariant:
     release: Release
@@ -161,6 +176,15 @@ class ResolvedVariant:
     def patches(self) -> tuple[PatchFile, ...]:
         return tuple(p for c in self.components for p in c.patches)
 
+    def build_env(self, c: "ResolvedComponent") -> dict[str, str]:
+        """The environment a git component's install runs with: its manifest ``env`` (hardware
+        placeholders filled) and the version its setuptools-scm would compute from full history."""
+        env = {k: fill_hardware(val, self) for k, val in c.spec.env.items()}
+        version = (((self.lock.entry or {}).get("git") or {}).get(c.name) or {}).get("version") if self.lock.state == "fresh" else None
+        if version:
+            env["SETUPTOOLS_SCM_PRETEND_VERSION"] = version
+        return env
+
     def summary(self) -> dict[str, Any]:
         """One row of `rlbox images list --json`: the variant's identity and pins."""
         return {
@@ -215,6 +239,13 @@ class ResolvedVariant:
                 "state": self.lock.state,
                 "digest": self.lock.digest(),
                 "pip": {name: p["version"] for name, p in self.lock.pip.items()},
+                "excluded": sorted(self.lock.section.get("excluded", {})),
+                "standins": sorted(n for n, p in self.lock.pip.items() if p.get("standin_for"))
+                + sorted(n for n, g in ((self.lock.entry or {}).get("git") or {}).items()
+                         if g.get("standin") and self.lock.state == "fresh"),
+                "substitutions": self.lock.substitutions(),
+                "versions": {n: g["version"] for n, g in ((self.lock.entry or {}).get("git") or {}).items()
+                             if g.get("version") and self.lock.state == "fresh"},
             },
         }
 

@@ -110,6 +110,20 @@ class Component(Strict):
     pip_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     patches: list[str] = Field(default_factory=list)
+    # What `rlbox lock` reads to lock a git source's own requirements (they are installed from the
+    # lock; the source itself is installed without resolving anything).
+    requires: Literal["metadata"] | list[str] = Field(
+        "metadata", description="`metadata`: the requirements its build backend declares (built with the "
+        "component's env); or the requirement files its setup.py reads, relative to the source"
+    )
+    extras: list[str] = Field(default_factory=list, description="extras of the git source to install too")
+    drop: dict[str, str] = Field(
+        default_factory=dict, description="requirement name -> why: requirements of this source not locked"
+    )
+    standin: "Standin | None" = Field(
+        None, description="a PyPI sdist that stands in for the git source where it cannot be fetched "
+        "(recorded as a substitution in the lock; `rlbox lock --strict` refuses it)"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> "Component":
@@ -118,9 +132,11 @@ class Component(Strict):
         if self.pip:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[\w,-]+\])?==[A-Za-z0-9.+!-]+", self.pip):
                 raise ValueError(f"pip: '{self.pip}' is not pinned; write it as name==version")
-            for key in ("commit", "ref", "subdir", "requirements", "patches"):
+            for key in ("commit", "ref", "subdir", "requirements", "patches", "extras", "drop"):
                 if getattr(self, key):
                     raise ValueError(f"{key}: only git components take it")
+            if self.standin and not self.index_url:
+                raise ValueError("standin: a PyPI pin takes a stand-in only for an `index_url` that may be unreachable")
         if self.git:
             if not self.commit and not self.ref:
                 raise ValueError(
@@ -163,6 +179,21 @@ class Component(Strict):
         return self.pip if self.pip else f"git+{self.git}@{self.commit or self.ref}"
 
 
+class Standin(Strict):
+    pypi: str = Field(description="name==version of the release whose sdist stands in")
+    why: str
+
+    @field_validator("pypi")
+    @classmethod
+    def _pinned(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+", v):
+            raise ValueError(f"'{v}' is not pinned; write it as name==version")
+        return v
+
+
+Component.model_rebuild()
+
+
 class Variant(Strict):
     hardware: str
     platform: Literal["linux/arm64", "linux/amd64"] | None = None
@@ -187,6 +218,15 @@ class Release(Strict):
     system_packages: dict[Literal["apt", "dnf"], list[str]] = Field(default_factory=dict)
     user: User
     env: dict[str, str] = Field(default_factory=dict)
+    python_packages: list[str] = Field(
+        default_factory=list, description="more PyPI requirements the image installs (locked like the rest)"
+    )
+    sdist_only: list[str] = Field(
+        default_factory=list, description="PyPI projects that publish no wheel and may come as an sdist"
+    )
+    exclude: dict[str, str] = Field(
+        default_factory=dict, description="distribution -> why: never installed, whoever requires it"
+    )
     components: dict[str, Component] = Field(min_length=1)
     variants: dict[str, Variant] = Field(min_length=1)
 

@@ -1,21 +1,23 @@
-"""The source cache for air-gapped builds: everything a variant's build downloads, fetched once.
+"""The source cache for air-gapped builds and for locking: what a variant's build downloads, fetched once.
 
 ``fetch(variant, dest)`` fills ``.rlbox-sources/`` (see its README): the pinned commit of every
-git source, every wheel of the lock plus the build requirements of git sources, and the OS
-packages the image adds to its base (downloaded in a container of the base itself, so the set
-is exactly what that base lacks). ``missing`` tells an offline build what is not there yet.
+git source (with its history when the lock needs ``git describe``), the sdist that stands in for
+a git source the lock records as substituted, every file of the lock (downloaded from the URL the
+lock names and checked against its sha256), and the OS packages the image adds to its base
+(downloaded in a container of the base itself, so the set is exactly what that base lacks).
+``missing`` tells an offline build what is not there yet.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbox.image import resolve
-from rlbox.core.errors import RlboxError
+from rlbox.core.errors import RlboxError, last_line
 from rlbox.image.matrix import ResolvedVariant
 from rlbox.image.mirrors import SOURCES_DIR, Profile
 
@@ -32,8 +34,17 @@ def deb_dir(dest: Path, v: ResolvedVariant) -> Path:
     return dest / "debs" / f"{v.release.os}-{v.arch}"
 
 
+def sdist_dir(dest: Path) -> Path:
+    return dest / "sdist"
+
+
 def default_dest(v: ResolvedVariant) -> Path:
     return v.root / SOURCES_DIR
+
+
+def standin_of(v: ResolvedVariant, name: str) -> dict | None:
+    """The lock's record of the sdist standing in for git component ``name``, if any."""
+    return (((v.lock.entry or {}).get("git") or {}).get(name) or {}).get("standin") if v.lock.state == "fresh" else None
 
 
 def missing(v: ResolvedVariant, dest: Path | None = None) -> list[str]:
@@ -41,10 +52,18 @@ def missing(v: ResolvedVariant, dest: Path | None = None) -> list[str]:
     dest = dest or default_dest(v)
     out = []
     for c in v.components:
-        if c.spec.git and not git_dir(dest, c.name, c.spec.commit).is_dir():
+        if not c.spec.git:
+            continue
+        standin = standin_of(v, c.name)
+        if standin:
+            if not (sdist_dir(dest) / standin["file"]).is_file():
+                out.append(f"sdist/{standin['file']}")
+        elif not git_dir(dest, c.name, c.spec.commit).is_dir():
             out.append(str(git_dir(dest, c.name, c.spec.commit).relative_to(dest)))
-    if not wheel_dir(dest, v).is_dir():
-        out.append(str(wheel_dir(dest, v).relative_to(dest)))
+    wheels = wheel_dir(dest, v)
+    absent = [p["file"] for p in v.lock.pip.values() if not (wheels / p["file"]).is_file()]
+    if absent:
+        out.append(f"{wheels.relative_to(dest)}/{absent[0]}" + (f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""))
     if v.package_manager == "apt" and not (deb_dir(dest, v) / "Packages").is_file():
         out.append(str(deb_dir(dest, v).relative_to(dest)))
     return out
@@ -60,7 +79,7 @@ class Fetched:
 def _run(argv, what: str, **kw) -> subprocess.CompletedProcess:
     proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)
     if proc.returncode != 0:
-        raise RlboxError(f"fetch-sources: {what} failed: {resolve.last_line(proc.stderr or proc.stdout)}")
+        raise RlboxError(f"fetch-sources: {what} failed: {last_line(proc.stderr or proc.stdout)}")
     return proc
 
 
@@ -70,11 +89,19 @@ def fetch(v: ResolvedVariant, dest: Path | None = None, *, profile: Profile | No
     dest = (dest or default_dest(v)).resolve()
     if v.lock.state != "fresh":
         raise RlboxError(f"{v.lock.path}: {v.ref} is {v.lock.state}: run `rlbox lock {v.release.release}` first "
-                         "(the cache holds exactly the locked wheels)")
+                         "(the cache holds exactly the locked files)")
     if v.lock.pip == {} and (v.lock.entry or {}).get("pip", {}).get("note"):
         raise RlboxError(f"{v.lock.path}: {v.ref} has no locked wheels ({v.lock.entry['pip']['note']})")
-    git = [_fetch_git(v, c, dest, profile, echo) for c in v.components if c.spec.git]
-    wheels = _fetch_wheels(v, dest, profile, ca_bundle, echo)
+    git = []
+    for c in v.components:
+        if not c.spec.git:
+            continue
+        standin = standin_of(v, c.name)
+        if standin:
+            git.append(download(standin["url"], standin["sha256"], sdist_dir(dest) / standin["file"], ca_bundle=ca_bundle).name)
+        else:
+            git.append(fetch_git(c, c.spec.commit, dest, profile=profile, echo=echo).name)
+    wheels = fetch_locked(v, dest, ca_bundle, echo)
     debs = _fetch_debs(v, dest, profile, base_image, echo) if v.package_manager == "apt" else 0
     return Fetched(git, wheels, debs)
 
@@ -87,74 +114,97 @@ def _git_env(profile: Profile | None) -> dict[str, str]:
     return env
 
 
-def _fetch_git(v: ResolvedVariant, c, dest: Path, profile: Profile | None, echo) -> str:
-    target = git_dir(dest, c.name, c.spec.commit)
+def fetch_git(c, commit: str, dest: Path, *, history: bool = False, profile: Profile | None = None, echo=None) -> Path:
+    """``dest/git/NAME-COMMIT.git``: a bare repository holding ``commit`` as ``refs/rlbox/pin``;
+    with ``history`` its tags and their history too (what ``git describe`` needs)."""
+    echo = echo or (lambda line: None)
+    target = git_dir(dest, c.name, commit)
     if target.is_dir():
-        echo(f"git {c.name}@{c.spec.commit[:12]}: cached")
-        return target.name
-    echo(f"git {c.name}@{c.spec.commit[:12]} from {c.spec.git}")
+        echo(f"git {c.name}@{commit[:12]}: cached")
+        return target
+    echo(f"git {c.name}@{commit[:12]} from {c.spec.git}")
     env = _git_env(profile)
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".fetching-{c.name}-", dir=dest) as tmp:
         repo = Path(tmp) / target.name
         _run(["git", "init", "-q", "--bare", repo], f"git init for {c.name}")
-        fetched = subprocess.run(["git", "-C", repo, "fetch", "-q", "--depth", "1", c.spec.git, c.spec.commit],
-                                 capture_output=True, text=True, env=env)
+        depth = [c.spec.git, "+refs/tags/*:refs/tags/*", commit] if history else ["--depth", "1", c.spec.git, commit]
+        fetched = subprocess.run(["git", "-C", repo, "fetch", "-q", *depth], capture_output=True, text=True, env=env)
         if fetched.returncode != 0:  # servers that refuse a fetch by commit: the ref, then everything
             refs = [f"+refs/tags/{c.spec.ref}:refs/tags/{c.spec.ref}"] if c.spec.ref else []
             _run(["git", "-C", repo, "fetch", "-q", c.spec.git, *(refs or ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])],
                  f"git fetch of {c.name} from {c.spec.git}", env=env)
-        _run(["git", "-C", repo, "update-ref", "refs/rlbox/pin", c.spec.commit],
-             f"{c.name}: commit {c.spec.commit} is not in {c.spec.git}; the pin")
+        _run(["git", "-C", repo, "update-ref", "refs/rlbox/pin", commit],
+             f"{c.name}: commit {commit} is not in {c.spec.git}; the pin")
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(repo, target)
-    return target.name
+    return target
 
 
-def _toml(text: str) -> dict:
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def download(url: str, want: str, target: Path, *, ca_bundle: Path | None = None) -> Path:
+    """``url`` into ``target``, kept only if its sha256 is ``want``; a present good file is kept."""
+    import requests
+
+    if target.is_file() and (not want or sha256(target) == want):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
     try:
-        import tomllib  # Python 3.11+
-    except ModuleNotFoundError:  # Python 3.10: the parser pip carries
-        from pip._vendor import tomli as tomllib
-    return tomllib.loads(text)
+        with requests.get(url, stream=True, timeout=60, verify=str(ca_bundle) if ca_bundle else True) as r:
+            r.raise_for_status()
+            with open(part, "wb") as f:
+                for chunk in r.iter_content(1 << 20):
+                    f.write(chunk)
+    except requests.RequestException as err:
+        part.unlink(missing_ok=True)
+        raise RlboxError(f"fetch-sources: cannot download {url}: {str(err)[:160]}") from None
+    got = sha256(part)
+    if want and got != want:
+        part.unlink()
+        raise RlboxError(f"fetch-sources: {target.name}: sha256 {got} is not the locked {want}; the index changed the file")
+    os.replace(part, target)
+    return target
 
 
-def _build_requirements(v: ResolvedVariant, dest: Path) -> list[str]:
-    """What pip needs to build the git sources it installs (pyproject's [build-system])."""
-    reqs: list[str] = []
-    for c in v.components:
-        if not c.spec.git or c.spec.install == "source":
-            continue
-        path = f"{c.spec.subdir + '/' if c.spec.subdir else ''}pyproject.toml"
-        shown = subprocess.run(["git", "-C", git_dir(dest, c.name, c.spec.commit), "show", f"{c.spec.commit}:{path}"],
-                               capture_output=True, text=True)
-        build = _toml(shown.stdout).get("build-system", {}) if shown.returncode == 0 else {}
-        reqs += build.get("requires", ["setuptools>=40.8.0", "wheel"])
-        if c.spec.install == "editable":
-            reqs.append("wheel")
-    return list(dict.fromkeys(reqs))
+def fetch_sdist(spec: str, dest: Path, *, ca_bundle: Path | None = None, sha: str | None = None) -> tuple[Path, str]:
+    """The PyPI sdist of ``name==version`` in ``dest/sdist/`` (PyPI's JSON simple API names the
+    file and its sha256; `pip download` cannot, when building the metadata needs torch)."""
+    import requests
+
+    name, version = spec.split("==", 1)
+    norm = name.lower().replace("_", "-")
+    try:
+        r = requests.get(f"https://pypi.org/simple/{norm}/", timeout=30, verify=str(ca_bundle) if ca_bundle else True,
+                         headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        r.raise_for_status()
+        files = r.json()["files"]
+    except (requests.RequestException, ValueError, KeyError) as err:
+        raise RlboxError(f"fetch-sources: cannot list {name} on PyPI: {str(err)[:160]}") from None
+    stems = {f"{n}-{version}" for n in (name, norm, norm.replace("-", "_"))}
+    for f in files:
+        fn = f["filename"]
+        if fn.endswith(".tar.gz") and fn[: -len(".tar.gz")] in stems:
+            url = f["url"].split("#", 1)[0]
+            return download(url, sha or f["hashes"]["sha256"], sdist_dir(dest) / fn, ca_bundle=ca_bundle), url
+    raise RlboxError(f"fetch-sources: PyPI has no sdist of {spec}")
 
 
-def _pip(v: ResolvedVariant, command: list[str], profile: Profile | None, ca_bundle: Path | None) -> list[str]:
-    index = profile.pip_index if profile and profile.pip_index else resolve.PYPI
-    extra = [a for c in v.components if c.spec.index_url for a in ("--extra-index-url", c.spec.index_url)]
-    return resolve.target_pip(v, command, index, extra, ca_bundle)
-
-
-def _fetch_wheels(v: ResolvedVariant, dest: Path, profile: Profile | None, ca_bundle: Path | None, echo) -> int:
+def fetch_locked(v: ResolvedVariant, dest: Path, ca_bundle: Path | None, echo) -> int:
+    """Every file of the lock for ``v`` (wheels, and the sdists the manifest allows)."""
     target = wheel_dir(dest, v)
-    target.mkdir(parents=True, exist_ok=True)
-    pins = [f"{name}=={p['version']}" for name, p in v.lock.pip.items()]
-    echo(f"wheels: {len(pins)} locked for {v.platform}, Python {v.release.python} -> {target.relative_to(dest.parent)}")
-    if pins:
-        _run([*_pip(v, ["download", "--no-deps", "--dest", target], profile, ca_bundle), *pins],
-             f"pip download of the locked wheels for {v.ref}", env=resolve.pip_env())
-    build = _build_requirements(v, dest)
-    if build:
-        echo(f"wheels: build requirements of git sources: {' '.join(build)}")
-        _run([*_pip(v, ["download", "--dest", target], profile, ca_bundle), *build],
-             f"pip download of build requirements ({' '.join(build)})", env=resolve.pip_env())
-    return len(list(target.glob("*.whl")))
+    pkgs = v.lock.pip
+    echo(f"wheels: {len(pkgs)} locked files for {v.platform}, Python {v.release.python} -> {target}")
+    for name, p in pkgs.items():
+        download(p["url"], p["sha256"], target / p["file"], ca_bundle=ca_bundle)
+    return len(pkgs)
 
 
 def _fetch_debs(v: ResolvedVariant, dest: Path, profile: Profile | None, base_image: str | None, echo) -> int:
