@@ -14,3 +14,6 @@ rlbox_missing_source() {
     echo "rlbox error: offline build: $1 is not in the source cache; run \`rlbox fetch-sources\` for this image first" >&2
     exit 1
 }
+# Rehearsal settings (RLBOX_REHEARSAL, a space-separated list; `rlbox rehearse` sets it):
+#   no-custom-kernels   vllm-ascend builds without its custom kernels (they need the CANN compiler)
+rlbox_rehearsal() { case " ${RLBOX_REHEARSAL:-} " in *" $1 "*) return 0 ;; esac; return 1; }

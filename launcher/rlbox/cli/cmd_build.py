@@ -93,8 +93,8 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
     """Build one variant of the matrix with BuildKit (docker buildx)."""
     m = matrix()
     p = build.prepare(
-        m, ref, mirror=mirror,
-        warn=lambda line: err.print(f"[yellow]warning[/]: {line}"),
+        m, ref, mirror=mirror, dry_run=dry_run,
+        warn=lambda line: err.print(f"warning: {line}", markup=False, highlight=False),
         platform=platform, base_image=base_image, tags=tags, pip_index=pip_index, apt_mirror=apt_mirror,
         git_mirror=git_mirror, hf_endpoint=hf_endpoint, ca_bundle=ca_bundle, push=push, push_by_digest=push_by_digest,
         load=not no_load, cache_from=cache_from, cache_to=cache_to, metadata_file=metadata_file, network=network,

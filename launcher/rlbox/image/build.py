@@ -16,6 +16,12 @@ from rlbox.image import lockfile, mirrors, render, sources
 from rlbox.image.matrix import Matrix, ResolvedVariant
 from rlbox.image.mirrors import SOURCES_DIR
 
+# What a rehearsal build (on a CANN stand-in base, `rlbox rehearse`) may switch off, and why.
+REHEARSAL_SETTINGS = {
+    "no-custom-kernels": "vllm-ascend builds without its custom AscendC kernels (COMPILE_CUSTOM_KERNELS=0): "
+                         "they need the CANN compiler, which the stand-in base does not have",
+}
+
 # Lines our in-image scripts print when they stop a build (rlbox-apply-patches, rlbox-verify...).
 _SCRIPT_ERROR = re.compile(r"rlbox error: (.*)")
 
@@ -75,6 +81,8 @@ def plan(
     offline: bool = False,
     revision: str | None = None,
     no_cache: bool = False,
+    rehearsal: tuple[str, ...] = (),
+    require_sources: bool = True,
     docker: str = "docker",
 ) -> BuildPlan:
     """The exact ``docker buildx build`` for one variant. Pure: reads no image, runs nothing.
@@ -125,7 +133,7 @@ def plan(
         # Air-gapped: no network for any RUN; every source comes from .rlbox-sources.
         if network not in (None, "none"):
             raise RlboxError(f"--network {network} contradicts an offline build, which runs with no network")
-        gaps = sources.missing(variant)
+        gaps = sources.missing(variant) if require_sources else []
         if gaps:
             raise RlboxError(
                 f"offline build of {variant.ref}: {SOURCES_DIR}/{gaps[0]} is missing"
@@ -134,6 +142,11 @@ def plan(
             )
         network = "none"
         args["RLBOX_OFFLINE"] = "1"
+    if rehearsal:
+        unknown = sorted(set(rehearsal) - set(REHEARSAL_SETTINGS))
+        if unknown:
+            raise RlboxError(f"rehearsal setting '{unknown[0]}' does not exist; known: {', '.join(REHEARSAL_SETTINGS)}")
+        args["RLBOX_REHEARSAL"] = " ".join(rehearsal)
     args["RLBOX_REVISION"] = revision or "unknown"
     argv = [docker, "buildx", "build", "--progress", "plain", "--platform", platform, "--file", str(dockerfile)]
     for tag in tags:
@@ -177,10 +190,11 @@ def source_revision(root: Path) -> str:
         return "unknown"
 
 
-def prepare(m: Matrix, ref: str, *, mirror: str | None = None, warn=None, **options) -> BuildPlan:
+def prepare(m: Matrix, ref: str, *, mirror: str | None = None, warn=None, dry_run: bool = False, **options) -> BuildPlan:
     """The plan for ``rlbox build REF``, behind the gates every build passes: the mirror
     profile named ``mirror`` (images/mirrors.yaml) fills what the options leave open; a stale lock or a generated file out of date
-    with images/ stops the build; a missing lock is a warning (pip then resolves at build time)."""
+    with images/ stops the build, and so does a missing lock (the build installs exactly the lock) or, unless this is
+    a rehearsal, a lock holding substitutions (a dry run only warns of those)."""
     variant = m.get(ref)
     mirror = mirrors.get(m.root, mirror) if mirror else None
     if mirror is not None:
@@ -195,10 +209,20 @@ def prepare(m: Matrix, ref: str, *, mirror: str | None = None, warn=None, **opti
     drift = [d for d in render.check(m) if d.path.parent == variant.dockerfile.parent]
     if drift:
         raise RlboxError(f"{drift[0].path} is {drift[0].state}: run `rlbox render` before building {ref}")
-    if variant.lock.state == "missing" and warn is not None:
-        warn(f"{ref} is not locked ({variant.lock.path}): pip resolves at build time; "
-             f"`rlbox lock {variant.release.release}` pins it")
-    return plan(variant, offline=bool(mirror and mirror.offline), revision=source_revision(m.root), **options)
+    if variant.lock.state == "missing":
+        raise RlboxError(lockfile.Problem(variant.ref, variant.lock.path, "missing").line()
+                         + " before building (the build installs exactly the lock)")
+    planned = plan(variant, offline=bool(mirror and mirror.offline), revision=source_revision(m.root), **options)
+    subs = variant.lock.substitutions()
+    if subs and not options.get("rehearsal"):
+        line = (f"{variant.lock.path}: the lock of {ref} holds {len(subs)} substitution(s) ({subs[0].split(' (')[0]}): "
+                f"a release image needs the real thing; lock where its sources are reachable, "
+                f"or rehearse it with `rlbox rehearse {ref}`")
+        if not dry_run:
+            raise RlboxError(line)
+        if warn is not None:
+            warn(line)
+    return planned
 
 
 def execute(build: BuildPlan, *, echo=None) -> None:

@@ -240,6 +240,7 @@ class ResolvedVariant:
                 "digest": self.lock.digest(),
                 "pip": {name: p["version"] for name, p in self.lock.pip.items()},
                 "excluded": sorted(self.lock.section.get("excluded", {})),
+                "dropped": sorted({d["requirement"].split(";")[0].strip() for d in self.lock.section.get("dropped", [])}),
                 "standins": sorted(n for n, p in self.lock.pip.items() if p.get("standin_for"))
                 + sorted(n for n, g in ((self.lock.entry or {}).get("git") or {}).items()
                          if g.get("standin") and self.lock.state == "fresh"),

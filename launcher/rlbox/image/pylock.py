@@ -54,6 +54,20 @@ class Plan:
     excluded: dict[str, str] = field(default_factory=dict)
     standin_files: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> the stand-in's file
 
+    def describe(self) -> str:
+        lines = [f"{len(self.asked) + len(self.no_deps)} requirements from {', '.join(self.indexes)}"]
+        lines += [f"  git source {g.dist}=={g.version} ({len(g.requires)} requirements)" for g in self.provided]
+        lines += [f"  substitution: {s['used']} for {s['for']}" for s in self.substitutions]
+        lines += [f"  unresolved: {u['requirement']} ({u['why']})" for u in self.unresolved]
+        lines += [f"  excluded: {name} ({why})" for name, why in self.excluded.items()]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"asked": [a.spec for a in self.asked], "no_deps": [a.spec for a in self.no_deps], "indexes": list(self.indexes),
+                "provided": {g.component: f"{g.dist}=={g.version}" for g in self.provided},
+                "overrides": list(self.overrides), "substitutions": list(self.substitutions),
+                "unresolved": list(self.unresolved), "excluded": dict(self.excluded)}
+
 
 def uv_bin() -> str:
     try:

@@ -1,0 +1,234 @@
+"""A real-content rehearsal of an image build: the variant's own rendered Dockerfile, the real
+pinned sources and the real locked files, on a CANN stand-in base that runs here.
+
+Only what needs the CANN compiler or the NPU runtime is switched off, by named settings listed in
+the output (``build.REHEARSAL_SETTINGS`` for the build; ``CHECK_SETTINGS`` for the checks). Every
+substitution is listed too: the base (a stand-in of the CANN image), and whatever the lock
+records as standing in (an sdist for a git commit, PyPI's torch for the CPU build…). In the built
+image the checks are: ``rlbox-verify`` (installed set == lock, pip check, pins), each git
+source's version against what its release reports, and every module each shipped recipe's
+entrypoint reaches, imported (``scripts/imports.py``).
+
+``plan`` is a printable value (``rlbox rehearse --dry-run``); ``execute`` carries it out;
+``judge`` turns the checks' facts into a verdict and is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlbox.core.errors import RlboxError, last_line
+from rlbox.image import build, sources
+from rlbox.image.matrix import Matrix, ResolvedVariant
+
+STANDIN_REPO = "rlbox/cann-standin"
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "imports.py"
+CHECK_SETTINGS = {
+    "torch-autoload-off": "checks run with TORCH_DEVICE_BACKEND_AUTOLOAD=0: `import torch` would load torch_npu's "
+                          "native library, which needs the CANN runtime and the NPU driver",
+}
+FIRST_PARTY = ("verl", "recipe", "verl_npu")
+
+
+@dataclass(frozen=True)
+class RehearsalPlan:
+    ref: str
+    real_base: str
+    base: str
+    tag: str
+    settings: dict[str, str]
+    substitutions: tuple[str, ...]
+    missing: tuple[str, ...]
+    entries: tuple[tuple[str, str], ...]  # (recipe, entry module)
+    expected_versions: dict[str, str]  # distribution -> version its release reports
+    build: build.BuildPlan = field(repr=False)
+
+    def describe(self) -> str:
+        lines = [f"rehearsal of {self.ref} -> {self.tag}",
+                 f"  base: {self.base} (stand-in for {self.real_base})"]
+        lines += [f"  off: {name}: {why}" for name, why in self.settings.items()]
+        lines += [f"  substitution: {s}" for s in self.substitutions]
+        lines += [f"  source cache: fetch {m}" for m in self.missing] or ["  source cache: complete"]
+        lines += [f"  check: {recipe} imports from {module}" for recipe, module in self.entries]
+        lines.append(f"  build: {self.build.command()}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref, "real_base": self.real_base, "base": self.base, "tag": self.tag,
+                "settings": dict(self.settings), "substitutions": list(self.substitutions),
+                "missing": list(self.missing), "entries": [list(e) for e in self.entries],
+                "expected_versions": dict(self.expected_versions), "build": self.build.as_dict()}
+
+
+def standin_base(v: ResolvedVariant) -> str:
+    return f"{STANDIN_REPO}:{v.base_image.rsplit(':', 1)[1]}"
+
+
+def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | None = None) -> RehearsalPlan:
+    """What ``rlbox rehearse REF`` does; ``recipes`` maps a shipped recipe's name to its record."""
+    v = m.get(ref)
+    if v.lock.state != "fresh" or not v.lock.pip:
+        raise RlboxError(f"{v.lock.path}: {ref} has no complete lock ({v.lock.state}): run `rlbox lock {ref}` first")
+    base = standin_base(v)
+    subs = [f"base {base} for {v.base_image}: Ubuntu 22.04 with Python 3.11 (Ubuntu's 3.11.0rc1 package), a CANN tree of empty "
+            "directories and set_env.sh scripts (tools/make-cann-standin.sh); no CANN binary, compiler or driver",
+            *v.lock.substitutions()]
+    entries = []
+    for name, recipe in sorted(recipes.items()):
+        if recipe.get("release") == v.release.release:
+            argv = list(recipe.get("entrypoint") or [])
+            if "-m" in argv:
+                entries.append((name, argv[argv.index("-m") + 1]))
+    expected = {}
+    for component, pin in (v.lock.section.get("provided") or {}).items():
+        dist, version = pin.split("==", 1)
+        expected[dist] = version
+    tag = f"localhost/rlbox-rehearsal/{v.release.image.name}:{v.tag}"
+    missing = tuple(sources.missing(v))
+    plan_ = build.plan(v, base_image=base, tags=(tag,), ca_bundle=ca_bundle, offline=True, require_sources=False,
+                       rehearsal=tuple(build.REHEARSAL_SETTINGS), revision=build.source_revision(m.root))
+    settings = {**build.REHEARSAL_SETTINGS, **CHECK_SETTINGS}
+    return RehearsalPlan(ref, v.base_image, base, tag, settings, tuple(subs), missing,
+                         tuple(entries), expected, plan_)
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging what the checks found (pure).
+
+
+def version_matches(installed: str, expected: str) -> bool:
+    """vLLM's empty-target build appends a local part (``+empty``, or ``.empty`` after one)."""
+    return installed == expected or installed in (f"{expected}+empty", f"{expected}.empty")
+
+
+@dataclass
+class Report:
+    ref: str
+    ok: bool
+    lines: list[str]
+    facts: dict[str, Any]
+
+
+def judge(p: RehearsalPlan, facts: dict[str, Any]) -> Report:
+    lines, ok = [], True
+    verify = facts.get("verify", {})
+    if verify.get("code") != 0:
+        ok = False
+        lines.append(f"FAIL rlbox-verify: {verify.get('output', '').strip()[-600:]}")
+    else:
+        lines.append(f"ok   {verify.get('output', '').strip().splitlines()[-1]}")
+        lines += [f"     {line}" for line in verify.get("output", "").splitlines() if "expected from" in line]
+    pip_check = facts.get("pip_check", "").strip()
+    lines.append(f"{'ok  ' if not pip_check or pip_check.startswith('No broken') else 'note'} pip check: "
+                 f"{pip_check.splitlines()[0] if pip_check else 'no output'}"
+                 + (f" (+{len(pip_check.splitlines()) - 1} more, each from a recorded exclusion or stand-in)"
+                    if len(pip_check.splitlines()) > 1 else ""))
+    for dist, want in sorted(p.expected_versions.items()):
+        have = facts.get("versions", {}).get(dist)
+        good = have is not None and version_matches(have, want)
+        ok &= good
+        lines.append(f"{'ok  ' if good else 'FAIL'} version {dist} {have or 'not installed'} (its release reports {want})")
+    for extra, have in sorted(facts.get("source_versions", {}).items()):
+        lines.append(f"ok   version {extra} {have} (source on the path)")
+    for recipe, module in p.entries:
+        found = facts.get("imports", {}).get(module)
+        if found is None:
+            ok = False
+            lines.append(f"FAIL imports of {recipe}: not run")
+            continue
+        mods = found.get("modules", {})
+        counts = {s: sum(1 for r in mods.values() if r["state"] == s) for s in ("ok", "npu-runtime", "optional", "error")}
+        ok &= counts["error"] == 0
+        lines.append(f"{'ok  ' if not counts['error'] else 'FAIL'} imports of {recipe} ({module}): {counts['ok']} modules "
+                     f"import, {counts['npu-runtime']} skipped (need the NPU runtime), {counts['optional']} optional "
+                     f"and absent, {counts['error']} errors")
+        for name, r in sorted(mods.items()):
+            if r["state"] != "ok":
+                lines.append(f"     {r['state']:<11} {name}: {r.get('error', '')[:160]}")
+    return Report(p.ref, ok, lines, facts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Carrying it out.
+
+
+def ensure_base(p: RehearsalPlan, root: Path, cann: str, echo) -> None:
+    if subprocess.run(["docker", "image", "inspect", p.base], capture_output=True).returncode == 0:
+        return
+    echo(f"making the CANN stand-in base {p.base} (tools/make-cann-standin.sh)")
+    proc = subprocess.run(["bash", str(root / "tools" / "make-cann-standin.sh"), cann, p.base], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RlboxError(f"tools/make-cann-standin.sh {cann} failed: {last_line(proc.stderr or proc.stdout)}")
+
+
+def run_in(image: str, argv: list[str], *, mounts: dict[str, str] | None = None) -> tuple[int, str]:
+    import docker
+
+    client = docker.from_env()
+    box = client.containers.run(
+        image, argv, entrypoint=["/usr/local/bin/rlbox-entrypoint"], detach=True, network_mode="none",
+        environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, labels={"io.rlbox.managed": "true", "io.rlbox.task": "rehearsal"},
+        volumes={host: {"bind": inside, "mode": "ro"} for host, inside in (mounts or {}).items()},
+    )
+    try:
+        code = box.wait(timeout=1800)["StatusCode"]
+        out = box.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+    finally:
+        box.remove(force=True)
+    return code, out
+
+
+VERSIONS = """
+import json, sys
+from importlib import metadata
+out = {}
+for dist in sys.argv[1:]:
+    try:
+        out[dist] = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        pass
+src = {}
+try:
+    from megatron.core import package_info
+    src["megatron-core"] = package_info.__version__
+except Exception:
+    pass
+print(json.dumps({"versions": out, "source_versions": src}))
+"""
+
+
+def check(p: RehearsalPlan) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    code, out = run_in(p.tag, ["rlbox-verify", "/etc/rlbox/image.json"])
+    facts["verify"] = {"code": code, "output": out}
+    facts["pip_check"] = run_in(p.tag, ["python3", "-m", "pip", "check"])[1]
+    code, out = run_in(p.tag, ["python3", "-c", VERSIONS, *p.expected_versions])
+    facts.update(json.loads(out.strip().splitlines()[-1]) if code == 0 else {"versions": {}, "versions_error": out[-300:]})
+    facts["imports"] = {}
+    for module in dict.fromkeys(m for _, m in p.entries):
+        argv = ["python3", "/opt/rlbox/check/imports.py", "--path", "/opt/rlbox/src/verl"]
+        for name in FIRST_PARTY:
+            argv += ["--first-party", name]
+        code, out = run_in(p.tag, [*argv, module], mounts={str(SCRIPT.parent): "/opt/rlbox/check"})
+        start = out.find("{")
+        try:
+            facts["imports"][module] = json.loads(out[start:]) if start >= 0 else {"modules": {}}
+        except ValueError:
+            facts["imports"][module] = {"modules": {module: {"state": "error", "error": last_line(out)}}}
+    return facts
+
+
+def execute(m: Matrix, p: RehearsalPlan, *, ca_bundle: Path | None = None, echo=None) -> Report:
+    echo = echo or print
+    v = m.get(p.ref)
+    ensure_base(p, m.root, v.release.cann.version, echo)
+    if sources.missing(v):
+        echo(f"filling the source cache for {p.ref}")
+        sources.fetch(v, ca_bundle=ca_bundle, base_image=p.base, echo=echo)
+    build.execute(p.build, echo=echo)
+    echo(f"checking {p.tag}")
+    return judge(p, check(p))

@@ -1,0 +1,99 @@
+"""The rehearsal's plan (what it switches off and substitutes, printed) and its judgement over
+the checks' facts (pure, table-tested); the build gate that keeps substitutions out of a real
+build. The rehearsal itself builds multi-GB images: `make rehearse-image`, not CI."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO, rlbox
+from rlbox.image import build, rehearsal
+
+RECIPES = {
+    "grpo-qwen2.5-0.5b-gsm8k": {"release": "verl_pt27_25rc3", "entrypoint": ["python3", "-m", "verl.trainer.main_ppo"]},
+    "dapo-qwen3-32b-a3": {"release": "verl_pt27_25rc3", "entrypoint": ["python3", "-m", "recipe.dapo.main_dapo"]},
+    "grpo-qwen3-vl-8b-geo3k": {"release": "verl_pt27_cann82rc1", "entrypoint": ["python3", "-m", "verl.trainer.main_ppo"]},
+}
+
+
+def test_plan_lists_the_stand_in_base_the_settings_and_every_substitution(m):
+    p = rehearsal.plan(m, "verl_pt27_25rc3:ax-x86", RECIPES)
+    assert p.base == "rlbox/cann-standin:8.3.rc1-910b-ubuntu22.04-py3.11"
+    assert p.real_base == "quay.io/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
+    assert set(p.settings) == {"no-custom-kernels", "torch-autoload-off"}
+    text = p.describe()
+    assert "substitution: base rlbox/cann-standin:8.3.rc1-910b-ubuntu22.04-py3.11 for quay.io/ascend/cann" in text
+    assert "torch==2.7.1 for torch==2.7.1+cpu" in text  # the lock's own substitutions, each listed
+    assert "vllm: sdist vllm==0.10.1.1 for git https://github.com/vllm-project/vllm.git@38217877" in text
+    assert p.entries == (("dapo-qwen3-32b-a3", "recipe.dapo.main_dapo"), ("grpo-qwen2.5-0.5b-gsm8k", "verl.trainer.main_ppo"))
+    assert p.expected_versions["vllm_ascend"] == "0.10.0rc2.dev53+g1de16ead8"
+    argv = p.build.argv
+    assert "RLBOX_REHEARSAL=no-custom-kernels" in argv and "RLBOX_OFFLINE=1" in argv and "--network" in argv
+    assert p.tag == "localhost/rlbox-rehearsal/verl_pt27_25rc3:ax-x86"
+
+
+def test_rehearse_dry_run_prints_the_plan():
+    proc = rlbox("rehearse", "verl_pt27_cann82rc1:ax-x86", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "check: grpo-qwen3-vl-8b-geo3k imports from verl.trainer.main_ppo" in proc.stdout
+    assert "torch-npu==2.7.1 for torch-npu==2.7.1.dev20250724" in proc.stdout
+
+
+def test_a_real_build_refuses_a_lock_with_substitutions(m):
+    with pytest.raises(Exception) as err:
+        build.prepare(m, "verl_pt27_25rc3:ax-x86")
+    assert "holds 3 substitution(s)" in str(err.value) and "rlbox rehearse verl_pt27_25rc3:ax-x86" in str(err.value)
+    proc = rlbox("build", "verl_pt27_25rc3:ax-x86", "--dry-run")  # a dry run shows the command, and warns
+    assert proc.returncode == 0 and "warning: images/lock/verl_pt27_25rc3.json: the lock of" in proc.stderr
+
+
+def test_an_unknown_rehearsal_setting_is_refused(m):
+    with pytest.raises(Exception) as err:
+        build.plan(m.get("rlbox_sim:amd64"), rehearsal=("no-npu",))
+    assert "rehearsal setting 'no-npu' does not exist; known: no-custom-kernels" in str(err.value)
+
+
+@pytest.mark.parametrize("installed,expected,ok", [
+    ("0.10.1.1+empty", "0.10.1.1", True),                   # vLLM's empty target adds +empty
+    ("0.10.0rc2.dev53+g1de16ead8.empty", "0.10.0rc2.dev53+g1de16ead8", True),
+    ("0.10.0rc2.dev53+g1de16ead8", "0.10.0rc2.dev53+g1de16ead8", True),
+    ("0.1.dev1+g1de16ead8", "0.10.0rc2.dev53+g1de16ead8", False),  # a shallow build's version
+    ("4.57.6", "4.56.0", False),
+])
+def test_versions_match_what_the_release_reports(installed, expected, ok):
+    assert rehearsal.version_matches(installed, expected) is ok
+
+
+def _facts(**over):
+    facts = {
+        "verify": {"code": 0, "output": "rlbox-verify: expected from the lock's exclusions/stand-ins: torch 2.7.1 requires triton\n"
+                                         "rlbox-verify: r:x: 7 components ... pip check clean"},
+        "pip_check": "torch 2.7.1 requires triton, which is not installed.",
+        "versions": {"vllm": "0.10.1.1+empty", "verl": "0.5.0.dev0"},
+        "imports": {"verl.trainer.main_ppo": {"modules": {
+            "verl.trainer.main_ppo": {"state": "ok"},
+            "verl_npu": {"state": "npu-runtime", "error": "ImportError: libascend_hal.so: cannot open shared object file"},
+            "sglang": {"state": "optional", "error": "ModuleNotFoundError: No module named 'sglang'"},
+        }}},
+    }
+    facts.update(over)
+    return facts
+
+
+@pytest.mark.parametrize("over,ok,line", [
+    ({}, True, "ok   imports of r (verl.trainer.main_ppo): 1 modules import, 1 skipped (need the NPU runtime), 1 optional"),
+    ({}, True, "     npu-runtime verl_npu: ImportError: libascend_hal.so"),
+    ({"verify": {"code": 1, "output": "rlbox error: rlbox-verify: idna 3.10 is locked but not installed"}}, False,
+     "FAIL rlbox-verify: rlbox error: rlbox-verify: idna 3.10 is locked but not installed"),
+    ({"versions": {"vllm": "0.1.dev1+g38217877a.empty", "verl": "0.5.0.dev0"}}, False,
+     "FAIL version vllm 0.1.dev1+g38217877a.empty (its release reports 0.10.1.1)"),
+    ({"imports": {"verl.trainer.main_ppo": {"modules": {"qwen_vl_utils": {"state": "error", "error": "No module named 'qwen_vl_utils'"}}}}},
+     False, "     error       qwen_vl_utils: No module named 'qwen_vl_utils'"),
+    ({"imports": {}}, False, "FAIL imports of r: not run"),
+], ids=["green", "npu skip listed", "verify fails", "shallow version", "missing import", "imports not run"])
+def test_judgement(m, over, ok, line):
+    p = rehearsal.plan(m, "verl_pt27_25rc3:ax-x86", {"r": {"release": "verl_pt27_25rc3", "entrypoint": ["python3", "-m", "verl.trainer.main_ppo"]}})
+    p = rehearsal.RehearsalPlan(**{**p.__dict__, "expected_versions": {"vllm": "0.10.1.1", "verl": "0.5.0.dev0"}})
+    report = rehearsal.judge(p, _facts(**over))
+    assert report.ok is ok
+    assert any(x.startswith(line) for x in report.lines), "\n".join(report.lines)
