@@ -69,7 +69,7 @@ def inspect_cmd(image: str, as_json: bool, packages: bool):
         click.echo(json.dumps(info, indent=2))
         return
     labels, man = info["labels"], info["manifest"] or {}
-    out.print(f"[bold]{image}[/]  {info['id'][:19]}  {info['architecture']}  {info['size'] / 1e6:.0f} MB")
+    out.print(f"{image}  {info['id'][:19]}  {info['architecture']}  {info['size'] / 1e6:.0f} MB")
     for key, label in (
         ("ref", "org.opencontainers.image.version"),
         ("hardware", "io.rlbox.hardware"),

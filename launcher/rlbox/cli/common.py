@@ -14,10 +14,12 @@ from rlbox.core.paths import find_root
 from rlbox.image import matrix as matrix_mod
 from rlbox.image import mirrors
 
-out = Console(highlight=False, soft_wrap=True)
+# User text (image names, hosts, labels, errors) is data: never rich markup (`[x]`) or emoji
+# codes (`:x:`), so neither console interprets either; styled output passes rich Text.
+out = Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
 if not out.is_terminal:  # piped: never truncate table cells
-    out = Console(highlight=False, soft_wrap=True, width=400)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = Console(highlight=False, soft_wrap=True, width=400, markup=False, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 def note(line: str) -> None:
