@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from rlbox.cli.common import NAME, RUNS_DIR, err, out
+from rlbox.cli.common import NAME, RUNS_DIR, SECONDS, err, out
 from rlbox.cluster import execute, launch
 from rlbox.cluster import sim as sim_hosts
 from rlbox.cluster.preflight import checks, doctor
@@ -41,7 +41,7 @@ from rlbox.training import triage
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Recipe parameter (model path, data files, checkpoint dir).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Extra or replacing Hydra override for the recipe.")
 @click.option("--smoke-test", is_flag=True, help="Job: check that every NPU of every node is visible through Ray.")
-@click.option("--timeout", type=click.FloatRange(0, 86400, min_open=True), default=300, show_default=True, help="Seconds to wait for every NPU to join.")
+@click.option("--timeout", type=SECONDS, default=300, show_default=True, help="Seconds to wait for every NPU to join.")
 @click.option("--detach", is_flag=True, help="Return once the job is submitted; follow with `rlbox logs -f`, end with `rlbox stop`.")
 @click.option("--keep", is_flag=True, help="Keep the cluster up after the job ends (remove it with `rlbox stop`).")
 @click.option("--dry-run", is_flag=True, help="Print per node the exact docker run, the Ray command and the job; touch no host.")
