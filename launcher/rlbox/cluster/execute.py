@@ -84,7 +84,8 @@ class Cluster:
 
     def clear(self) -> None:
         """Remove what an earlier run of this name left (exited, or live under --replace)."""
-        remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None)
+        remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None,
+                   keep_claims_of=self.plan.run_id)
 
     def start(self) -> None:
         if self.plan.network:
@@ -145,7 +146,13 @@ class Cluster:
             node.close()
 
 
-def remove_run(nodes: list[Node], run: str, network: str | None) -> int:
+def _drop_name(plan: RunPlan, nodes: list[Node]) -> None:
+    """Give back this run's name claim (only this run id's) after a failed claim."""
+    for box in nodes[0].client.containers.list(all=True, filters={"label": f"{sharing.LABEL_CLAIM_ID}={plan.run_id}"}):
+        engine.remove_quietly(box)
+
+
+def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of: str | None = None) -> int:
     """Remove every container labelled with this run on every node, then the sim network."""
 
     def remove(node: Node) -> set[str]:
@@ -156,7 +163,7 @@ def remove_run(nodes: list[Node], run: str, network: str | None) -> int:
                              f"rerun `rlbox stop --name {run}`") from None
         for box in boxes:  # nodes may share one engine: a box may be gone already
             engine.remove_quietly(box)
-        sharing.release(node.client, run)
+        sharing.release(node.client, run, keep_claims_of)
         return {box.id for box in boxes}
 
     results, errors = on_every(remove, nodes)
@@ -215,8 +222,13 @@ def execute(
                     sim.write_hosts(plan)
                 if before is not None:  # checks that need the engines but must pass before anything starts
                     before(nodes)
-                cluster.clear()  # only now: a failed check leaves a --replace'd run alone
-                sharing.claim(plan, nodes)  # atomic: NPUs, run name, ports; a loser touches nothing else
+                sharing.claim_name(plan, nodes, replace)  # of two runs of one name started at once, one goes on
+                try:
+                    cluster.clear()  # only now: a failed check leaves a --replace'd run alone
+                    sharing.claim(plan, nodes)  # atomic: NPUs and ports; a loser touches nothing else
+                except BaseException:
+                    _drop_name(plan, nodes)
+                    raise
                 cleanup = True
                 record.save(state_file)
                 cluster.start()

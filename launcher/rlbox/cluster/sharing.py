@@ -14,6 +14,7 @@ loser removes what it took and is told which run holds the rest. Claims carry th
 from __future__ import annotations
 
 import re
+import time
 
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -86,11 +87,15 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+def name_claim(plan) -> tuple[int, str, str]:
+    return (0, f"rlbox-claim-run-{plan.run}", f"run name '{plan.run}'")
+
+
 def claims(plan) -> list[tuple[int, str, str]]:
     """What a run claims, as (node index, claim container name, what it holds), in the one
     global order: the run's name on the head's engine, every NPU of every node, and for a
     simulation the dashboard port it publishes on this machine."""
-    out = [(0, f"rlbox-claim-run-{plan.run}", f"run name '{plan.run}'")]
+    out = [name_claim(plan)]
     for node in plan.nodes:
         for i in node.npu_ids:
             out.append((node.index, f"rlbox-claim-{_safe(node.host.name)}-npu{i:02d}", f"NPU {i} of {node.host.name}"))
@@ -100,14 +105,30 @@ def claims(plan) -> list[tuple[int, str, str]]:
     return sorted(out, key=lambda c: c[1])
 
 
-def claim(plan, nodes) -> int:
-    """Take every claim of ``plan`` on the connected ``nodes``, or none: on a conflict, remove
-    what was taken and raise naming the run that holds it. Returns how many were taken."""
+def claim_name(plan, nodes, replace: bool) -> None:
+    """Take the run's name first (before an earlier run of the name is cleared): of two
+    `rlbox run --name X` started at once, one goes on; under --replace an earlier run's name
+    claim is taken over (its containers and claims are removed next)."""
+    try:
+        claim(plan, nodes, [name_claim(plan)])
+    except RlboxError:
+        if not replace:
+            raise
+        release(nodes[0].client, plan.run)
+        claim(plan, nodes, [name_claim(plan)])
+
+
+def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
+    """Take the claims of ``plan`` (``which``, default all but its name) on the connected
+    ``nodes``, or none: on a conflict, remove what was taken and raise naming the run that
+    holds it. Returns how many were taken."""
     from docker.errors import APIError, NotFound
 
     taken = []
+    if which is None:
+        which = [c for c in claims(plan) if c != name_claim(plan)]
     try:
-        for index, name, what in claims(plan):
+        for index, name, what in which:
             client = nodes[index].client
             labels = {engine.LABEL_MANAGED: "true", LABEL_CLAIM: plan.run, LABEL_CLAIM_ID: plan.run_id,
                       LABEL_CLAIM_WHAT: what}
@@ -117,11 +138,18 @@ def claim(plan, nodes) -> int:
             except APIError as err:
                 if err.status_code != 409:
                     raise RlboxError(f"{nodes[index].host.name}: cannot claim {what}: {engine.reason(err)}") from None
-                try:
-                    holder = client.containers.get(name).labels
-                except NotFound:  # released in between: a retry may get it
-                    holder = {}
-                run = holder.get(LABEL_CLAIM, "?")
+                holder = {}
+                for _ in range(20):  # the engine reserves a name before the container can be read
+                    try:
+                        holder = client.containers.get(name).labels
+                        break
+                    except NotFound:
+                        time.sleep(0.05)
+                run = holder.get(LABEL_CLAIM) or plan.run if what.startswith("run name") else holder.get(LABEL_CLAIM, "?")
+                if run == plan.run:
+                    raise RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}): another "
+                                     f"`rlbox run --name {run}` is starting, or one was killed (`rlbox stop --name {run}` "
+                                     "clears it; --replace takes it over)") from None
                 raise RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}); "
                                  f"choose other NPUs (--devices) or hosts, or wait for it (`rlbox stop --name {run}` "
                                  "ends it)") from None
@@ -132,7 +160,8 @@ def claim(plan, nodes) -> int:
     return len(taken)
 
 
-def release(client, run: str) -> None:
-    """Remove run ``run``'s claims on one engine."""
+def release(client, run: str, keep_id: str | None = None) -> None:
+    """Remove run ``run``'s claims on one engine (but those of run id ``keep_id``)."""
     for box in client.containers.list(all=True, filters={"label": f"{LABEL_CLAIM}={run}"}):
-        engine.remove_quietly(box)
+        if keep_id is None or box.labels.get(LABEL_CLAIM_ID) != keep_id:
+            engine.remove_quietly(box)
