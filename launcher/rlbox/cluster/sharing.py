@@ -162,6 +162,11 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
 
 def release(client, run: str, keep_id: str | None = None) -> None:
     """Remove run ``run``'s claims on one engine (but those of run id ``keep_id``)."""
-    for box in client.containers.list(all=True, filters={"label": f"{LABEL_CLAIM}={run}"}):
-        if keep_id is None or box.labels.get(LABEL_CLAIM_ID) != keep_id:
-            engine.remove_quietly(box)
+    # the low-level list: simulated nodes share one engine and release at once, and the
+    # high-level one reads each container again (one removed in between would fail it)
+    for box in client.api.containers(all=True, filters={"label": f"{LABEL_CLAIM}={run}"}):
+        if keep_id is None or (box.get("Labels") or {}).get(LABEL_CLAIM_ID) != keep_id:
+            try:
+                client.api.remove_container(box["Id"], force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass

@@ -129,8 +129,8 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
             live_runs.add(run)
         devs = box.attrs.get("HostConfig", {}).get("Devices") or []
         if view.stand_ins is not None and host != node_plan.host.name and (
-                host is not None or all(d.get("PathOnHost") == "/dev/null" for d in devs)):
-            continue  # simulated hosts share this engine: another (or no named) simulated host's container
+                host is not None or (run and all(d.get("PathOnHost") == "/dev/null" for d in devs))):
+            continue  # simulated hosts share this engine: another (or an unnamed) simulated host's node
         mapped = {d.get("PathInContainer", "") for d in box.attrs.get("HostConfig", {}).get("Devices") or []}
         npus = {d for d in mapped if d.startswith("/dev/davinci") and d[12:].isdigit()}
         if npus and (mine is None or npus & mine):  # runs on other NPUs of the host are neighbours
