@@ -1,8 +1,8 @@
 # rlbox developer and CI entry points. `make help` lists them.
-# The Python to use, decided when a recipe runs (after `setup`): .ci/provision makes .venv only
-# where the machine's python3 may not be installed into (Debian's own, "externally managed").
-VENV   = if [ -x .venv/bin/python ]; then export PATH="$(CURDIR)/.venv/bin:$$PATH"; fi;
-PYTHON = $(VENV) py=python3; [ ! -x .venv/bin/python ] || py=.venv/bin/python; "$$py"
+# The Python: this checkout's own virtualenv (.venv, made by `make setup`), so checkouts never
+# re-point each other's `rlbox`; `. .venv/bin/activate` puts `rlbox` on your PATH.
+VENV   = export PATH="$(CURDIR)/.venv/bin:$$PATH";
+PYTHON = $(VENV) "$(CURDIR)/.venv/bin/python"
 RLBOX  = $(PYTHON) -m rlbox.cli
 FLAGSHIP ?= verl_pt27_25rc3
 BUILD_FLAGS ?=
@@ -16,7 +16,7 @@ CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 help:
 	@echo "make rehearsal     4-node simulated Atlas A3 cluster: 64 NPUs in Ray, smoke-test job, teardown"
 	@echo "make test          the whole test suite (engine tests included)"
-	@echo "make setup         provision Docker engine + buildx + sshd, install rlbox (both above run it)"
+	@echo "make setup         provision Docker engine + buildx + sshd, install rlbox into .venv (both above run it)"
 	@echo "make lint          hadolint over every rendered Dockerfile + render --check + lock --check"
 	@echo "make dockerfiles   re-render dockerfiles/ from images/, templates/, patches/"
 	@echo "make image REF=RELEASE:VARIANT    build one variant of the matrix (BUILD_FLAGS=... rlbox build options; CI uses it)"

@@ -60,7 +60,7 @@ def test_broken_simulated_host_is_named_with_its_fix(runs, tmp_path, case, sim, 
 
 def test_port_held_leftover_container_and_missing_path(runs, tmp_path):
     client = docker.from_env()
-    port = ports_for("t-doc-held").gcs
+    port = ports_for(0).gcs  # the run's slot: its lowest NPU id
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     holder.bind(("127.0.0.1", port))

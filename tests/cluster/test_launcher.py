@@ -97,7 +97,8 @@ def test_missing_image_and_missing_device_are_clear_and_leave_nothing(runs, sim_
                  "--runs-dir", runs, "--smoke-test")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("rlbox: error: sim0: image localhost/rlbox/nothing:here is not present; "
-                                   "build it with `rlbox build rlbox_sim:<arch>`")
+                                   "pull it with `docker pull localhost/rlbox/nothing:here` "
+                                   "(or `rlbox pull localhost/rlbox/nothing:here`)")
     assert leftovers("t-img") == []
     # A real (not simulated) node on this machine: it has no /dev/davinci0. Pre-flight says so...
     proc = rlbox("run", "--hosts", "localhost", "--image", sim_image, "--hardware", "a2", "--devices", "8",

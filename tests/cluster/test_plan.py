@@ -77,12 +77,14 @@ def test_ray_ports_are_per_run_and_never_defaults():
     p = make()
     used = [v for k, v in p.ports.as_dict().items() if k != "workers"]
     assert not defaults & set(used) and len(set(used)) == len(used)
-    assert plan.ports_for("a") == plan.ports_for("a")
+    assert plan.ports_for(0) == plan.ports_for(0) != plan.ports_for(8)
     head = " ".join(p.nodes[0].ray)
-    assert f"--port={p.ports.gcs}" in head and f"--dashboard-port={p.ports.dashboard}" in head
-    assert f"--dashboard-host={p.head}" in head and "--head" in head
+    assert f"--port={p.ports.gcs}" in head and f"--dashboard-port={p.ports.dashboard}" in head and "--head" in head
     worker = " ".join(p.nodes[1].ray)
-    assert f"--address=10.0.0.1:{p.ports.gcs}" in worker and "--head" not in worker
+    assert "--head" not in worker and p.head == "10.0.0.1"
+    # the node script adds what it resolves on the node: the dashboard's address, the head's
+    assert '--dashboard-host="$ip"' in plan.NODE_SCRIPT and '--address="$head:$port"' in plan.NODE_SCRIPT
+    assert p.nodes[1].container.command[4:7] == ("worker", "10.0.0.1", str(p.ports.gcs))
     assert dict(p.nodes[0].container.env)["DASHBOARD_METRIC_PORT"] == str(p.ports.dashboard_metrics)
 
 
@@ -110,7 +112,7 @@ def test_head_names_resolve_and_loopback_heads_are_refused():
 
 
 def test_simulation_differs_only_in_devices_driver_files_and_network():
-    net = plan.SimNetwork("rlbox-t", "172.30.5.0/24")
+    net = plan.SimNetwork("rlbox-t")
     real = make()
     fake = make(sim_files="/tmp/sim", network=net)
     for r, s in zip(real.nodes, fake.nodes):
@@ -118,10 +120,10 @@ def test_simulation_differs_only_in_devices_driver_files_and_network():
         assert {src for src, _ in s.container.devices} == {"/dev/null"}
         assert [m.target for m in s.container.mounts] == [m.target for m in r.container.mounts]
         assert all(m.source.startswith("/tmp/sim/") for m in s.container.mounts[:4])
-        assert s.container.network == "rlbox-t" and s.container.ip == net.address(s.index)
+        assert s.container.network == "rlbox-t" and s.container.ip is None  # the engine gives the address
         assert dict(s.container.env).keys() == dict(r.container.env).keys()
         assert s.container.command[2:] != () and s.container.command[:3] == r.container.command[:3]
-    assert fake.head == "172.30.5.10"
+    assert fake.head == "rlbox-t-node0"  # found through the engine's DNS on the sim network
     assert fake.nodes[0].container.publish == (("127.0.0.1", fake.ports.dashboard, fake.ports.dashboard),)
 
 
@@ -223,3 +225,47 @@ def test_launch_rejects_mixed_inputs():
         launch.prepare(launch.RunRequest(hosts="a", image="verl_pt27_25rc3:a3-arm", hardware="a2", dry_run=True))
     with pytest.raises(RlboxError, match="no hosts"):
         launch.prepare(launch.RunRequest(image="verl_pt27_25rc3:a3-arm", dry_run=True))
+
+
+def test_devices_by_id_choose_npus_ports_and_hccl_ranges():
+    from rlbox.cluster import sharing
+
+    assert sharing.parse_devices("8") == 8
+    assert sharing.parse_devices("8-15") == tuple(range(8, 16))
+    assert sharing.parse_devices("0,2,4,6") == (0, 2, 4, 6)
+    assert sharing.parse_devices("0-3,8-11") == (0, 1, 2, 3, 8, 9, 10, 11)
+    for bad in ("", "0-", "7-0", "0,0", "1-3,2", "0-32", "x", "-1", "0 - 7", "0", "33"):
+        with pytest.raises(RlboxError, match="--devices"):
+            sharing.parse_devices(bad)
+    assert sharing.ids_text((0, 1, 2, 3, 8, 10, 11)) == "0-3,8,10-11"
+    low = make(devices={"10.0.0.1": tuple(range(8)), "10.0.0.2": tuple(range(8))})
+    high = make(devices={"10.0.0.1": tuple(range(8, 16)), "10.0.0.2": tuple(range(8, 16))})
+    assert [d for _, d in high.nodes[0].container.devices][:8] == [f"/dev/davinci{i}" for i in range(8, 16)]
+    assert high.nodes[0].npus == 8 and high.total_npus == 16 and "--resources={\"NPU\": 8}" in high.nodes[0].ray
+    lo_env, hi_env = dict(low.nodes[0].container.env), dict(high.nodes[0].container.env)
+    keys = ("HCCL_IF_BASE_PORT", "HCCL_HOST_SOCKET_PORT_RANGE", "HCCL_NPU_SOCKET_PORT_RANGE")
+    assert all(lo_env[k] != hi_env[k] for k in keys)  # A3: all three, distinct per slot
+
+    def span(v):
+        a, _, b = v.partition("-")
+        return set(range(int(a), int(b or a) + 1))
+    ray_lo = set(range(low.ports.gcs, low.ports.worker_range[1] + 1))
+    ray_hi = set(range(high.ports.gcs, high.ports.worker_range[1] + 1))
+    hccl_lo = span(lo_env["HCCL_IF_BASE_PORT"]) | span(lo_env["HCCL_HOST_SOCKET_PORT_RANGE"]) | span(lo_env["HCCL_NPU_SOCKET_PORT_RANGE"])
+    hccl_hi = span(hi_env["HCCL_IF_BASE_PORT"]) | span(hi_env["HCCL_HOST_SOCKET_PORT_RANGE"]) | span(hi_env["HCCL_NPU_SOCKET_PORT_RANGE"])
+    assert not (ray_lo | hccl_lo) & (ray_hi | hccl_hi)
+    # every slot's ports stay apart and under HCCL's 65520 limit
+    every = [sharing.hccl_env(s, "a3") for s in range(sharing.MAX_NPU_ID + 1)]
+    assert int(every[-1]["HCCL_NPU_SOCKET_PORT_RANGE"].split("-")[1]) <= 65520
+    assert plan.ports_for(sharing.MAX_NPU_ID).worker_range[1] < sharing.HCCL_BASE
+    a2 = make(hardware="a2", devices={"10.0.0.1": 8, "10.0.0.2": 8})
+    assert "HCCL_IF_BASE_PORT" in dict(a2.nodes[0].container.env)
+    assert "HCCL_HOST_SOCKET_PORT_RANGE" not in dict(a2.nodes[0].container.env)  # not with MC2 on A2
+    assert "HCCL_IF_BASE_PORT=" in high.describe() and "(NPU 8-15)" in high.describe()
+
+
+def test_unresolvable_head_is_planned_as_a_name():
+    p = make(hosts="node-that-does-not-resolve.invalid,10.0.0.2")
+    assert p.head == "node-that-does-not-resolve.invalid"
+    assert any("does not resolve here" in n for n in p.notes)
+    assert p.nodes[1].container.command[5] == "node-that-does-not-resolve.invalid"

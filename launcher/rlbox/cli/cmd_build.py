@@ -64,7 +64,7 @@ def lock_cmd(refs, check, strict, pip_index, ca_bundle):
                             echo=lambda line: note(f"lock {line}"),
                             wrote=lambda path, v: click.echo(f"wrote {lockfile.rel(m.root, path)} ({v.name})"))
     for w in warnings:
-        err.print(f"[yellow]warning[/]: {w}", markup=True)
+        err.print(f"warning: {w}")
     click.echo("run `rlbox render` to carry the lock into dockerfiles/")
 
 
@@ -103,10 +103,10 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
     if dry_run:
         click.echo(p.describe())
         return
-    err.print(f"[bold]rlbox[/]: building {ref} -> {p.describe_output()}")
+    err.print(f"rlbox: building {ref} -> {p.describe_output()}")
     err.print(f"$ {p.command()}", markup=False)
     build.execute(p)
-    err.print(f"[bold]rlbox[/]: built {ref} -> {p.describe_output()}")
+    err.print(f"rlbox: built {ref} -> {p.describe_output()}")
 
 
 @click.command("fetch-sources")

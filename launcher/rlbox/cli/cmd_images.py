@@ -9,7 +9,7 @@ import sys
 import click
 from rich.table import Table
 
-from rlbox.cli.common import INSECURE, REGISTRY, matrix, matrix_if_any, out
+from rlbox.cli.common import INSECURE, REGISTRY, matrix, matrix_if_any, out, checked_image
 from rlbox.image import diff as diff_mod
 from rlbox.image import provenance, transfer
 from rlbox.registry.client import Registry
@@ -59,7 +59,7 @@ def images_tags(repository: str, registry_host: str | None, insecure: bool, as_j
 
 
 @click.command("inspect")
-@click.argument("image")
+@click.argument("image", callback=checked_image)
 @click.option("--json", "as_json", is_flag=True, help="Labels, /etc/rlbox/image.json and the SBOM as JSON.")
 @click.option("--packages", is_flag=True, help="List every Python and OS package of the SBOM.")
 def inspect_cmd(image: str, as_json: bool, packages: bool):
@@ -69,7 +69,7 @@ def inspect_cmd(image: str, as_json: bool, packages: bool):
         click.echo(json.dumps(info, indent=2))
         return
     labels, man = info["labels"], info["manifest"] or {}
-    out.print(f"[bold]{image}[/]  {info['id'][:19]}  {info['architecture']}  {info['size'] / 1e6:.0f} MB")
+    out.print(f"{image}  {info['id'][:19]}  {info['architecture']}  {info['size'] / 1e6:.0f} MB")
     for key, label in (
         ("ref", "org.opencontainers.image.version"),
         ("hardware", "io.rlbox.hardware"),
@@ -109,8 +109,8 @@ def inspect_cmd(image: str, as_json: bool, packages: bool):
 
 
 @click.command("diff")
-@click.argument("image_a")
-@click.argument("image_b")
+@click.argument("image_a", callback=checked_image)
+@click.argument("image_b", callback=checked_image)
 @click.option("--json", "as_json", is_flag=True, help="Every difference as JSON.")
 def diff_cmd(image_a: str, image_b: str, as_json: bool):
     """What changed from IMAGE_A to IMAGE_B: image facts, components, patches, Python and OS packages.

@@ -34,7 +34,7 @@ def recipes_show(name, params, sets):
     """Show a recipe: source, parameters, environment and the resolved command."""
     r = recipes_mod.load(name)
     argv, env = r.resolve(parse_pairs(list(params), "--param"), list(sets))
-    out.print(f"[bold]{r.name}[/]: {r.description}")
+    out.print(f"{r.name}: {r.description}")
     out.print(f"  source: {r.source}\n  release {r.release}, hardware {r.hardware}, {r.nodes} node(s)")
     for k, p in r.params.items():
         out.print(f"  --param {k}={p.default}    {p.help}", markup=False)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import click
 
-from rlbox.cli.common import INSECURE, MIRROR, REGISTRY, matrix_if_any, mirror_profile, note
+from rlbox.cli.common import INSECURE, MIRROR, REGISTRY, matrix_if_any, mirror_profile, note, checked_image
 from rlbox.core import engine
 from rlbox.image import transfer
 
 
 @click.command("push")
-@click.argument("ref", metavar="RELEASE:VARIANT|IMAGE")
+@click.argument("ref", metavar="RELEASE:VARIANT|IMAGE", callback=checked_image)
 @REGISTRY
 @click.option("--tag", "extra_tags", multiple=True, metavar="EXTRA", help="Push under this tag as well (repeatable).")
 @click.option("--immutable-tag", metavar="TAG", help="The immutable tag to push instead of TAG-<commit12>.")
@@ -45,7 +45,7 @@ def push_cmd(ref, registry_host, extra_tags, immutable_tag, no_immutable_tag, mi
 
 
 @click.command("pull")
-@click.argument("ref", required=False, metavar="[RELEASE:VARIANT|IMAGE[@sha256:...]]")
+@click.argument("ref", required=False, metavar="[RELEASE:VARIANT|IMAGE[@sha256:...]]", callback=checked_image)
 @click.option("--hardware", type=click.Choice(["auto", "a2", "a3", "ax"]),
               help="Pull the release's variant for this hardware; auto: this host's architecture and npu-smi chip.")
 @click.option("--release", help="Release for --hardware (default: the only one with a variant for it).")

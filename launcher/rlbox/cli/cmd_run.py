@@ -9,8 +9,9 @@ from pathlib import Path
 
 import click
 from rich.table import Table
+from rich.text import Text
 
-from rlbox.cli.common import NAME, RUNS_DIR, err, out
+from rlbox.cli.common import NAME, RUNS_DIR, SECONDS, err, out
 from rlbox.cluster import execute, launch
 from rlbox.cluster import sim as sim_hosts
 from rlbox.cluster.preflight import checks, doctor
@@ -23,11 +24,13 @@ from rlbox.training import triage
 @click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head): HOST, USER@HOST or USER@HOST:PORT.")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Cluster YAML (per-host ssh, nic, mounts) or a hostfile.")
-@click.option("--nodes", type=int, help="Number of nodes; must agree with the hosts given (with --sim: how many to simulate).")
+@click.option("--nodes", type=click.IntRange(1, 4096), help="Number of nodes; must agree with the hosts given (with --sim: how many to simulate, at most 253).")
 @click.option("--sim", is_flag=True, help="Rehearse on simulated nodes: containers on the local engine, devices mapped from /dev/null.")
 @click.option("--image", help="RELEASE:VARIANT from the matrix or a full image reference (default for --sim: rlbox_sim).")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]), help="Hardware profile (default: the image's; a3 for --sim).")
-@click.option("--devices", type=int, help="NPUs per node (default: the host's /dev/davinci* count; the profile's for --sim).")
+@click.option("--devices", metavar="N|IDS", help="NPUs of every node: a count (8: NPUs 0-7) or ids (0-7, 8-15, 0,2,4,6) "
+              "so runs can share a host; ports follow the lowest id. Default: the host's /dev/davinci* count "
+              "(the profile's for --sim).")
 @click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Extra mount on every node (models, data, checkpoints).")
 @click.option("--nic", help="Socket interface for HCCL/GLOO/TP on every node (default: detected per node, the one routing to the head).")
 @click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Extra environment for every node's container.")
@@ -38,13 +41,13 @@ from rlbox.training import triage
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Recipe parameter (model path, data files, checkpoint dir).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Extra or replacing Hydra override for the recipe.")
 @click.option("--smoke-test", is_flag=True, help="Job: check that every NPU of every node is visible through Ray.")
-@click.option("--timeout", type=float, default=300, show_default=True, help="Seconds to wait for every NPU to join.")
+@click.option("--timeout", type=SECONDS, default=300, show_default=True, help="Seconds to wait for every NPU to join.")
 @click.option("--detach", is_flag=True, help="Return once the job is submitted; follow with `rlbox logs -f`, end with `rlbox stop`.")
 @click.option("--keep", is_flag=True, help="Keep the cluster up after the job ends (remove it with `rlbox stop`).")
 @click.option("--dry-run", is_flag=True, help="Print per node the exact docker run, the Ray command and the job; touch no host.")
 @click.option("--sim-driver", help="Driver version the simulated hosts report (default: the image's minimum).")
-@click.option("--num-cpus", "cpus", type=int, help="CPUs each node offers to Ray (default: Ray detects).")
-@click.option("--nofile", type=int, help="Open-files limit of node containers (default 65536, capped for the local engine).")
+@click.option("--num-cpus", "cpus", type=click.IntRange(0, 4096), help="CPUs each node offers to Ray (default: Ray detects).")
+@click.option("--nofile", type=click.IntRange(1024, 1 << 20), help="Open-files limit of node containers (default 65536, capped for the local engine).")
 @click.option("--verl-version", help="Validate the job's overrides against this verl release (PyPI wheel) instead of the image's verl.")
 @click.option("--verl-config", type=click.Path(path_type=Path, exists=True, file_okay=False),
               help="Validate against this verl source checkout instead of the image's verl.")
@@ -78,7 +81,7 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
         return
 
     def echo(line: str) -> None:
-        err.print(f"[bold]rlbox[/]: {line}", highlight=False)
+        err.print(f"rlbox: {line}")
 
     def emit(text: str) -> None:
         sys.stdout.write(text)
@@ -106,8 +109,8 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
 @click.command("validate")
 @click.option("--hosts", help="Hosts of the cluster (only their number matters here).")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--nodes", type=int, help="Nodes of the cluster the job is for.")
-@click.option("--devices", type=int, help="NPUs per node (default: the hardware profile's).")
+@click.option("--nodes", type=click.IntRange(1, 4096), help="Nodes of the cluster the job is for.")
+@click.option("--devices", metavar="N|IDS", help="NPUs per node, a count or ids (default: the hardware profile's).")
 @click.option("--image", help="RELEASE:VARIANT or image whose verl to validate against (default: the recipe's release).")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))
 @click.option("--verl-version", help="Validate against this verl release's config (PyPI wheel).")
@@ -136,11 +139,11 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
 @click.command("doctor")
 @click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head).")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--nodes", type=int)
+@click.option("--nodes", type=click.IntRange(1, 4096))
 @click.option("--sim", is_flag=True, help="Check simulated hosts (their stand-in devices, npu-smi and driver).")
 @click.option("--image", help="RELEASE:VARIANT or image the run will use.")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))
-@click.option("--devices", type=int, help="NPUs per node the run will use.")
+@click.option("--devices", metavar="N|IDS", help="NPUs per node the run will use: a count or ids (0-7, 8-15).")
 @click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Mounts whose sources must exist on every node.")
 @click.option("--nic")
 @NAME
@@ -167,7 +170,7 @@ def doctor_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts
     else:
         table = Table("NODE", "CHECK", "", "DETAIL", "FIX", box=None)
         for c in found:
-            table.add_row(c.node, c.name, "[green]✓[/]" if c.ok else "[red]✗[/]", c.detail, "" if c.ok else c.fix)
+            table.add_row(c.node, c.name, Text("✓", "green") if c.ok else Text("✗", "red"), c.detail, "" if c.ok else c.fix)
         out.print(table)
         out.print(f"{sum(c.ok for c in found)}/{len(found)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
     if not all(c.ok for c in found):

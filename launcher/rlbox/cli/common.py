@@ -13,11 +13,14 @@ from rlbox.core.errors import RlboxError
 from rlbox.core.paths import find_root
 from rlbox.image import matrix as matrix_mod
 from rlbox.image import mirrors
+from rlbox.registry.reference import Reference
 
-out = Console(highlight=False, soft_wrap=True)
+# User text (image names, hosts, labels, errors) is data: never rich markup (`[x]`) or emoji
+# codes (`:x:`), so neither console interprets either; styled output passes rich Text.
+out = Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
 if not out.is_terminal:  # piped: never truncate table cells
-    out = Console(highlight=False, soft_wrap=True, width=400)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = Console(highlight=False, soft_wrap=True, width=400, markup=False, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 def note(line: str) -> None:
@@ -54,8 +57,36 @@ def image_ref(ref: str | None, what: str) -> str:
     if not ref:
         raise RlboxError(f"{what}: give --image RELEASE:VARIANT (rlbox images list) or an image reference "
                          "(or set RLBOX_IMAGE): the work runs inside the training image")
+    try:  # parsed before any engine sees it
+        Reference.parse(ref)
+    except RlboxError as err:
+        raise RlboxError(f"{what}: --image: {err}") from None
     image, _ = matrix().image_for(ref)
     return image
+
+
+def checked_image(ctx, param, value):
+    """Click callback: an image argument parsed as a reference before any engine call."""
+    if value is None:
+        return value
+    try:
+        Reference.parse(value)
+    except RlboxError as err:
+        raise RlboxError(f"{param.human_readable_name}: {err}") from None
+    return value
+
+
+class _Finite(click.FloatRange):
+    """A bounded number that is a number: ``nan`` passes every comparison, so it is refused here."""
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if rv != rv:
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return rv
+
+
+SECONDS = _Finite(0, 86400, min_open=True)  # timeouts: more than 0 s, at most a day
 
 
 def print_rows(rows: list[list[str]]) -> None:

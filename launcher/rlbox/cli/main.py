@@ -33,15 +33,19 @@ for module in (cmd_images, cmd_build, cmd_rehearse, cmd_registry, cmd_run, cmd_r
 
 def main():
     try:
-        cli.main(standalone_mode=False)
+        cli.main(standalone_mode=False, prog_name="rlbox")
     except RlboxError as e:
         err.print(f"rlbox: error: {e}", markup=False)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         err.print("rlbox: aborted")
         sys.exit(130)
-    except click.ClickException as e:
-        e.show()
+    except click.ClickException as e:  # usage errors too: the same one line as every other error
+        message = " ".join(e.format_message().split())
+        ctx = getattr(e, "ctx", None)
+        if isinstance(e, click.UsageError) and ctx is not None:
+            message += f" (see `{ctx.command_path} --help`)"
+        err.print(f"rlbox: error: {message}", markup=False)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)

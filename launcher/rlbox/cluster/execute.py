@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rlbox.cluster import jobs
 from rlbox.cluster import ray
+from rlbox.cluster import sharing
 from rlbox.cluster import sim
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -53,6 +54,7 @@ class Cluster:
     nodes: list[Node]
     echo: Echo
     dashboard: str | None = None
+    addresses: dict[int, str] = field(default_factory=dict)  # node index -> address, once started
     _torn_down: bool = field(default=False, repr=False)
 
     # -- bring-up -------------------------------------------------------------------------
@@ -66,8 +68,8 @@ class Cluster:
             try:
                 node.client.images.get(self.plan.image)
             except ImageNotFound:
-                hint = "build it with `rlbox build rlbox_sim:<arch>`" if self.plan.sim else "pull it (docker pull) or build it (rlbox build)"
-                raise RlboxError(f"{node_plan.host.name}: image {self.plan.image} is not present; {hint}") from None
+                raise RlboxError(f"{node_plan.host.name}: image {self.plan.image} is not present; "
+                                 f"{self.plan.missing_image_hint()}") from None
             boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.plan.run}"})
             live = [c for c in boxes if c.status in ("running", "restarting", "created", "paused")]
             if live and not replace:
@@ -82,11 +84,13 @@ class Cluster:
 
     def clear(self) -> None:
         """Remove what an earlier run of this name left (exited, or live under --replace)."""
-        remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None)
+        remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None,
+                   keep_claims_of=self.plan.run_id)
 
     def start(self) -> None:
         if self.plan.network:
-            sim.create_network(self.nodes[0].client, self.plan.network, self.plan.run)
+            subnet = sim.create_network(self.nodes[0].client, self.plan.network, self.plan.run)
+            self.echo(f"simulation network {self.plan.network.name} on {subnet}")
 
         def start_one(pair):
             node_plan, node = pair
@@ -95,11 +99,10 @@ class Cluster:
             except Exception as err:  # docker.errors.APIError and friends
                 raise _start_error(node_plan, err) from None
             try:
-                if self.plan.network:
-                    net = node.client.networks.get(self.plan.network.name)
-                    net.disconnect(box)
-                    net.connect(box, ipv4_address=node_plan.container.ip)
                 box.start()
+                if self.plan.network:  # the engine gave the address
+                    box.reload()
+                    self.addresses[node_plan.index] = box.attrs["NetworkSettings"]["Networks"][self.plan.network.name]["IPAddress"]
             except Exception as err:  # noqa: BLE001
                 raise _start_error(node_plan, err) from None
             self.echo(f"node{node_plan.index} {node_plan.role:6} started on {node_plan.host.name} ({node_plan.npus} NPUs)")
@@ -125,7 +128,7 @@ class Cluster:
         return None
 
     def wait_ready(self, timeout: float) -> None:
-        expected = {f"node{n.index} ({n.host.name})": n.container.ip or n.host.address or n.host.name
+        expected = {f"node{n.index} ({n.host.name})": self.addresses.get(n.index) or n.host.address or n.host.name
                     for n in self.plan.nodes}
 
         def progress(nodes_up: int, npus: int, total: int) -> None:
@@ -143,7 +146,13 @@ class Cluster:
             node.close()
 
 
-def remove_run(nodes: list[Node], run: str, network: str | None) -> int:
+def _drop_name(plan: RunPlan, nodes: list[Node]) -> None:
+    """Give back this run's name claim (only this run id's) after a failed claim."""
+    for box in nodes[0].client.containers.list(all=True, filters={"label": f"{sharing.LABEL_CLAIM_ID}={plan.run_id}"}):
+        engine.remove_quietly(box)
+
+
+def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of: str | None = None) -> int:
     """Remove every container labelled with this run on every node, then the sim network."""
 
     def remove(node: Node) -> set[str]:
@@ -154,6 +163,7 @@ def remove_run(nodes: list[Node], run: str, network: str | None) -> int:
                              f"rerun `rlbox stop --name {run}`") from None
         for box in boxes:  # nodes may share one engine: a box may be gone already
             engine.remove_quietly(box)
+        sharing.release(node.client, run, keep_claims_of)
         return {box.id for box in boxes}
 
     results, errors = on_every(remove, nodes)
@@ -212,7 +222,13 @@ def execute(
                     sim.write_hosts(plan)
                 if before is not None:  # checks that need the engines but must pass before anything starts
                     before(nodes)
-                cluster.clear()  # only now: a failed check leaves a --replace'd run alone
+                sharing.claim_name(plan, nodes, replace)  # of two runs of one name started at once, one goes on
+                try:
+                    cluster.clear()  # only now: a failed check leaves a --replace'd run alone
+                    sharing.claim(plan, nodes)  # atomic: NPUs and ports; a loser touches nothing else
+                except BaseException:
+                    _drop_name(plan, nodes)
+                    raise
                 cleanup = True
                 record.save(state_file)
                 cluster.start()

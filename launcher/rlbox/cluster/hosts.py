@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlbox.cluster.spec import Host
+from rlbox.cluster.spec import Host, check_name
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
@@ -39,7 +39,17 @@ def ssh_base(host: Host) -> list[str]:
 
 
 def ssh_target(host: Host) -> str:
+    """``[user@]host``, checked: never something ssh could read as an option."""
+    check_name(host.name)
+    if host.ssh_user is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,31}", host.ssh_user):
+        raise RlboxError(f"{host.name}: ssh user {host.ssh_user!r} is not a user name")
     return f"{host.ssh_user}@{host.name}" if host.ssh_user else host.name
+
+
+def ssh_argv(host: Host, *options: str, command: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """``ssh OPTIONS... -- [user@]host COMMAND...``: the ``--`` ends ssh's options, so no host
+    name reaches ssh as one."""
+    return [*ssh_base(host), *options, "--", ssh_target(host), *command]
 
 
 @dataclass
@@ -62,7 +72,7 @@ class Tunnel:
 
 
 def _open_tunnel(host: Host, forward: str, ready, local: str, workdir=None, timeout: float = 20) -> Tunnel:
-    argv = [*ssh_base(host), "-N", "-o", "ExitOnForwardFailure=yes", "-L", forward, ssh_target(host)]
+    argv = ssh_argv(host, "-N", "-o", "ExitOnForwardFailure=yes", "-L", forward)
     try:  # its own session: a Ctrl-C at the terminal must not kill the tunnel teardown needs
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
@@ -191,7 +201,7 @@ def count_devices(host: Host) -> int:
     if host.local:
         names = os.listdir("/dev")
     else:
-        proc = subprocess.run([*ssh_base(host), ssh_target(host), "ls", "-1", "/dev"],
+        proc = subprocess.run(ssh_argv(host, command=["ls", "-1", "/dev"]),
                               capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=SSH_CONNECT_TIMEOUT + 20)
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["ssh failed"])[-1]

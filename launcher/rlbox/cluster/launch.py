@@ -17,11 +17,13 @@ from rlbox.cluster import hosts
 from rlbox.cluster import jobs
 from rlbox.image import matrix
 from rlbox.cluster import recipes
+from rlbox.cluster import sharing
 from rlbox.cluster import sim
 from rlbox.core.config import parse_pairs
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import find_root
-from rlbox.cluster.plan import NOFILE, SIM_DRIVER, JobPlan, Profile, RunPlan, plan_run
+from rlbox.registry.reference import Reference
+from rlbox.cluster.plan import NOFILE, SIM_DRIVER, JobPlan, Profile, RunPlan, SimNetwork, plan_run
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
 
@@ -34,7 +36,7 @@ class RunRequest:
     sim: bool = False
     image: str | None = None
     hardware: str | None = None
-    devices: int | None = None
+    devices: int | str | None = None  # a count, or NPU ids: 0-7, 8-15, 0,2,4,6
     mounts: list[str] = field(default_factory=list)
     nic: str | None = None
     env: list[str] = field(default_factory=list)
@@ -78,10 +80,16 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
         n = req.nodes or (recipe.nodes if recipe else None)
         if not n:
             raise RlboxError("--sim needs --nodes N (or --hosts/--cluster naming the nodes)")
+        if not 0 < n <= SimNetwork.max_nodes:
+            raise RlboxError(f"--nodes {n}: a simulation has 1..{SimNetwork.max_nodes} nodes (one /24 network)")
         spec = cluster.ClusterSpec(tuple(cluster.Host(name=f"sim{i}", transport="local") for i in range(n)), source="--sim")
     else:
         raise RlboxError("no hosts: give --hosts a,b,c, --cluster FILE, or --sim --nodes N")
     cluster.agree(spec, req.nodes)
+    if req.sim and spec.nodes > SimNetwork.max_nodes:
+        raise RlboxError(f"{spec.source}: {spec.nodes} hosts; a simulation has at most {SimNetwork.max_nodes} (one /24 network)")
+    if req.nic and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,14}", req.nic):
+        raise RlboxError(f"--nic {req.nic!r}: not an interface name")
     if req.sim:  # simulated nodes live on the local engine unless a host says how to ssh to it
         spec = replace(spec, hosts=tuple(
             replace(h, transport="ssh" if (h.ssh_user or h.ssh_port or h.identity_file) else "local") for h in spec.hosts))
@@ -98,8 +106,11 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
         raise RlboxError(f"--hardware {hardware}: choose one of {', '.join(cluster.HARDWARE_CHOICES)}")
     if hardware == "auto":
         hardware = None
+    if image_ref:  # before anything asks an engine about it
+        _reference(image_ref)
     if req.sim:
-        image, _ = m.image_for(image_ref or f"rlbox_sim:{host_arch_variant()}")
+        image_ref = image_ref or f"rlbox_sim:{host_arch_variant()}"
+        image, _ = m.image_for(image_ref)
         hardware = hardware or (recipe.hardware if recipe else None) or "a3"
     else:
         if not image_ref and recipe:
@@ -117,11 +128,15 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     hw = m.hardware[hardware]
     profile = Profile(hardware, hw.npus_per_node, hw.npu_smi_chip, tuple(hw.device_counts))
 
+    _reference(image)
+    from_matrix = image_ref if image_ref and m.image_for(image_ref)[1] is not None else None
+
     # -- devices --------------------------------------------------------------------------
-    if req.devices is not None:
-        if req.devices <= 0:
-            raise RlboxError("--devices must be positive")
-        devices = {h.name: req.devices for h in spec.hosts}
+    asked = sharing.parse_devices(req.devices) if isinstance(req.devices, str) else req.devices
+    if isinstance(asked, int) and asked <= 0:
+        raise RlboxError("--devices must be positive")
+    if asked is not None:
+        devices = {h.name: asked for h in spec.hosts}
     elif req.sim:
         devices = {h.name: h.sim.devices if h.sim.devices is not None else profile.npus_per_node for h in spec.hosts}
     elif req.dry_run:
@@ -137,7 +152,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     if req.sim:
         sim_files = str(run_dir / "sim")
         network = sim.network_for(req.name)
-    npus = min(devices.values())
+    npus = min(len(v) if isinstance(v, tuple) else v for v in devices.values())
     driver_min = _driver_for(m, image)
     sim_driver = req.sim_driver or driver_min or SIM_DRIVER
     env = tuple(parse_pairs(req.env, "--env").items())
@@ -157,7 +172,15 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
                     driver_max=_driver_for(m, image, "max"))
     if req.sim and hardware not in sim.CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
-    return plan, run_dir
+    return replace(plan, image_ref=from_matrix), run_dir
+
+
+def _reference(text: str) -> None:
+    """An image reference, checked as Docker's grammar has it (one line naming what is wrong)."""
+    try:
+        Reference.parse(text)
+    except RlboxError as err:
+        raise RlboxError(f"--image: {err}") from None
 
 
 def nofile_for(host: cluster.Host, asked: int | None) -> int:

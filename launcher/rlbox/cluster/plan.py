@@ -10,12 +10,12 @@ differ.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import shlex
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from rlbox.cluster import sharing
 from rlbox.cluster.spec import ClusterSpec, Host, Mount
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -25,6 +25,7 @@ LABEL_RUN = "io.rlbox.run"
 LABEL_RUN_ID = "io.rlbox.run-id"
 LABEL_NODE = "io.rlbox.node"
 LABEL_ROLE = "io.rlbox.role"
+LABEL_HOST = "io.rlbox.host"  # the host a node container stands for (simulated hosts share one engine)
 LABEL_MANAGED = engine.LABEL_MANAGED
 
 CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
@@ -46,11 +47,22 @@ NOFILE = 65536
 NPROC = 65536
 
 # The node's main process. Constant text: every value reaches it as a positional argument, so
-# nothing from the command line is ever parsed by a shell. It finds the interface that routes
-# to the head (unless RLBOX_NIC names one), exports the socket variables from it, waits for the
-# head's GCS port on workers, and replaces itself with `ray start ... --block`.
+# nothing from the command line is ever parsed by a shell. It resolves the head's name on the
+# node (a name the operator's machine cannot resolve is fine; so is a simulated head known only
+# to the engine's DNS), finds the interface that routes to the head (unless RLBOX_NIC names
+# one), exports the socket variables from it, waits for the head's GCS port on workers, and
+# replaces itself with `ray start ... --block` plus the addresses it found.
 NODE_SCRIPT = r"""set -eu
 role=$1 head=$2 port=$3; shift 3
+case $head in
+  *[!0-9.]*)
+    addr=$(getent ahostsv4 "$head" | awk '$1 !~ /^127\./ {print $1; exit}')
+    if [ -z "$addr" ] && [ "$role" = head ]; then  # the head's own name may map to loopback here
+      addr=$(ip -o route get 1.0.0.0 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") {print $(i + 1); exit}}')
+    fi
+    [ -n "$addr" ] || { echo "rlbox-node: cannot resolve the head $head on this node" >&2; exit 3; }
+    head=$addr ;;
+esac
 if [ -n "${RLBOX_NIC:-}" ]; then
   nic=$RLBOX_NIC
   ip=$(ip -o -4 addr show dev "$nic" | awk '{split($4, a, "/"); print a[1]; exit}')
@@ -73,7 +85,10 @@ if [ "$role" = worker ]; then
     sleep 0.1
   done
 fi
-exec "$@" --node-ip-address="$ip"
+if [ "$role" = head ]; then
+  exec "$@" --node-ip-address="$ip" --dashboard-host="$ip"
+fi
+exec "$@" --node-ip-address="$ip" --address="$head:$port"
 """
 
 
@@ -108,26 +123,24 @@ class RayPorts:
         return asdict(self)
 
 
-def ports_for(run: str) -> RayPorts:
-    """Ports 20000-59999 in blocks of 1000, chosen by the run's name (stable across retries)."""
-    block = int(hashlib.sha256(run.encode()).hexdigest(), 16) % 40
-    return RayPorts.block(20000 + block * 1000)
+def ports_for(slot: int) -> RayPorts:
+    """The Ray block of a run's slot (its lowest NPU id): 20000 + 1000 x slot, never Ray's
+    defaults; runs sharing a host hold different NPUs, so their blocks differ."""
+    return RayPorts.block(sharing.ray_base(slot))
 
 
 def ray_start(role: str, head: str, ports: RayPorts, npus: int, cpus: int | None = None) -> list[str]:
-    """`ray start` for one node; the node script appends --node-ip-address."""
+    """`ray start` for one node; the node script appends --node-ip-address, and
+    --dashboard-host (head) or --address (workers) once it has resolved the head."""
     argv = ["ray", "start", "--block", "--disable-usage-stats", f"--resources={{\"NPU\": {npus}}}"]
     if role == "head":
         argv += [
             "--head",
             f"--port={ports.gcs}",
-            f"--dashboard-host={head}",
             f"--dashboard-port={ports.dashboard}",
             f"--ray-client-server-port={ports.client}",
             "--include-dashboard=true",
         ]
-    else:
-        argv += [f"--address={head}:{ports.gcs}"]
     lo, hi = ports.worker_range
     argv += [
         f"--node-manager-port={ports.node_manager}",
@@ -224,6 +237,7 @@ class NodePlan:
     npus: int
     container: ContainerSpec
     ray: tuple[str, ...]
+    npu_ids: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
@@ -232,12 +246,13 @@ class NodePlan:
 
 @dataclass(frozen=True)
 class SimNetwork:
-    name: str
-    subnet: str
+    """A simulation's private network. Its subnet is taken when it is created (the first /24 of
+    172.30.0.0/16 no other network holds) and node addresses come from the engine, so two
+    simulations never collide; nodes find the head by its container name."""
 
-    def address(self, index: int) -> str:
-        net = ipaddress.ip_network(self.subnet)
-        return str(net.network_address + 10 + index)
+    name: str
+    subnet: str | None = None
+    max_nodes = 253  # a /24 less the gateway
 
 
 @dataclass(frozen=True)
@@ -280,6 +295,16 @@ class RunPlan:
     driver_min: str | None = None  # what the image's CANN needs from the host (doctor)
     driver_max: str | None = None
     device_counts: tuple[int, ...] = ()  # NPU counts hosts of this hardware come with
+    hccl: tuple[tuple[str, str], ...] = ()  # the run's HCCL port variables
+    image_ref: str | None = None  # RELEASE:VARIANT the image comes from, when from the matrix
+
+    def missing_image_hint(self) -> str:
+        """The command that makes this run's image present."""
+        if self.image_ref and self.image_ref.startswith("rlbox_sim:"):  # built here, never pushed
+            return f"build it with `rlbox build {self.image_ref}`"
+        if self.image_ref:
+            return f"build it with `rlbox build {self.image_ref}` or pull it with `rlbox pull {self.image_ref}`"
+        return f"pull it with `docker pull {self.image}` (or `rlbox pull {self.image}`)"
 
     @property
     def total_npus(self) -> int:
@@ -298,17 +323,22 @@ class RunPlan:
             + (", simulated" if self.sim else ""),
             f"# image {self.image}",
             f"# head {self.head}: GCS port {self.ports.gcs}, dashboard http://{self.head}:{self.ports.dashboard}",
+            f"# ports: Ray {self.ports.gcs}-{self.ports.worker_range[1]}, HCCL "
+            + " ".join(f"{k}={v}" for k, v in self.hccl),
         ]
         if self.network:
-            lines.append(f"docker network create --subnet {self.network.subnet} "
+            lines.append(f"docker network create --subnet {self.network.subnet or '<first free 172.30.x.0/24>'} "
                          f"--label {LABEL_RUN}={self.run} {self.network.name}")
         for note in self.notes:
             lines.append(f"# {note}")
         for n in self.nodes:
             where = "local engine" if n.host.local else f"ssh://{n.host.ssh_user + '@' if n.host.ssh_user else ''}{n.host.name}"
-            lines += ["", f"# node {n.index} ({n.role}) on {n.host.name} via {where}: {n.npus} NPUs",
+            ids = f" (NPU {sharing.ids_text(n.npu_ids)})" if n.npu_ids else ""
+            extra = "--dashboard-host=<it>" if n.role == "head" else f"--address=<{self.head}>:{self.ports.gcs}"
+            lines += ["", f"# node {n.index} ({n.role}) on {n.host.name} via {where}: {n.npus} NPUs{ids}",
                       shlex.join(n.container.docker_run()),
-                      f"#   runs: {shlex.join(n.ray)} --node-ip-address=<address on the interface routing to {self.head}>"]
+                      f"#   runs: {shlex.join(n.ray)} --node-ip-address=<address on the interface routing to "
+                      f"{self.head}> {extra}"]
         if self.job:
             lines += ["", f"# job {self.job.submission_id}, submitted to http://{self.head}:{self.ports.dashboard}/api/jobs/",
                       f"#   env: {' '.join(k + '=' + (shlex.quote(v) if len(v) < 80 else '<' + str(len(v)) + ' chars>') for k, v in self.job.env) or '-'}",
@@ -336,6 +366,7 @@ class RunPlan:
                     "known_hosts": n.host.known_hosts,
                     "transport": "local" if n.host.local else "ssh",
                     "npus": n.npus,
+                    "npu_ids": list(n.npu_ids),
                     "container": n.container.name,
                     "docker_run": n.container.docker_run(),
                 }
@@ -345,8 +376,9 @@ class RunPlan:
         }
 
 
-def resolve(name: str) -> str:
-    """An IPv4 address for a host name (the node script routes to it with `ip route get`)."""
+def resolve(name: str) -> str | None:
+    """An IPv4 address for a host name, or None when this machine cannot resolve it (the nodes
+    resolve it when they start: a plan is made anywhere)."""
     if name in ("local", "localhost"):
         return "127.0.0.1"
     try:
@@ -358,7 +390,12 @@ def resolve(name: str) -> str:
     try:
         return socket.gethostbyname(name)
     except OSError:
-        raise RlboxError(f"{name}: cannot resolve the head's address here; give an IP or `address:` in the cluster YAML") from None
+        return None
+
+
+def node_name(run: str, index: int) -> str:
+    """The container of node ``index`` of run ``run`` (also the head's name on a sim network)."""
+    return f"rlbox-{run}-node{index}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,10 +427,15 @@ def node_container(
     extra_env: tuple[tuple[str, str], ...] = (),
     cpus: int | None = None,
     nofile: int = NOFILE,
+    npu_ids: tuple[int, ...] = (),
+    hccl: dict[str, str] | None = None,
 ) -> tuple[ContainerSpec, list[str]]:
-    """The container one node runs. ``sim_files`` (a host folder of stand-ins) marks a simulation."""
+    """The container one node runs. ``sim_files`` (a host folder of stand-ins) marks a simulation.
+    ``npu_ids``: which NPUs of the host (default 0..npus-1)."""
     sim = sim_files is not None
-    devices = [("/dev/null" if sim else f"/dev/davinci{i}", f"/dev/davinci{i}") for i in range(npus)]
+    npu_ids = tuple(npu_ids) or tuple(range(npus))
+    hccl = hccl or {}
+    devices = [("/dev/null" if sim else f"/dev/davinci{i}", f"/dev/davinci{i}") for i in npu_ids]
     devices += [("/dev/null" if sim else d, d) for d in CONTROL_DEVICES]
     if sim:
         stand_ins = f"{sim_files}/{host.name}"
@@ -412,18 +454,20 @@ def node_container(
         ]
     env = dict(BASE_ENV)
     env.update(ports.env())
+    env.update(hccl)
     env.update({"RLBOX_RUN": run, "RLBOX_NODE": str(index), "RLBOX_HEAD": head})
     if host.nic:
         env["RLBOX_NIC"] = host.nic
     env.update(dict(extra_env))
     ray = ray_start(role, head, ports, npus, cpus)
-    name = f"rlbox-{run}-node{index}"
+    name = node_name(run, index)
     labels = (
         (LABEL_MANAGED, "true"),
         (LABEL_RUN, run),
         (LABEL_RUN_ID, run_id),
         (LABEL_NODE, str(index)),
         (LABEL_ROLE, role),
+        (LABEL_HOST, host.name),
     )
     publish: tuple[tuple[str, int, int], ...] = ()
     if network and role == "head":  # the operator reaches the simulated head's dashboard on loopback
@@ -437,7 +481,7 @@ def node_container(
         env=tuple(env.items()),
         labels=labels,
         network=network.name if network else "host",
-        ip=network.address(index) if network else None,
+        ip=None,
         hostname=f"{run}-node{index}" if network else None,
         privileged=privileged,
         publish=publish,
@@ -453,7 +497,7 @@ def plan_run(
     run_id: str,
     image: str,
     profile: Profile,
-    devices: dict[str, int],
+    devices: dict[str, int | tuple[int, ...]],
     sim_files: str | None = None,
     network: SimNetwork | None = None,
     privileged: bool = False,
@@ -465,42 +509,52 @@ def plan_run(
     driver_min: str | None = None,
     driver_max: str | None = None,
 ) -> RunPlan:
-    """Plan every node. ``devices`` maps host name -> NPU count (detected or from the profile);
-    ``nofile`` host name -> open-files limit (default 65536)."""
+    """Plan every node. ``devices`` maps host name -> NPU count (detected or from the profile)
+    or the NPU ids to use; ``nofile`` host name -> open-files limit (default 65536)."""
     if not spec.hosts:
         raise RlboxError("no hosts to run on")
     head_host = spec.hosts[0]
+    notes = []
     if network:
-        head = network.address(0)
+        head = node_name(run, 0)  # the engine's DNS knows it on the simulation network
     else:
         head = resolve(head_host.address or head_host.name)
-        if ipaddress.ip_address(head).is_loopback and len(spec.hosts) > 1:
+        if head is None:
+            head = head_host.address or head_host.name
+            notes.append(f"the head {head} does not resolve here: every node resolves it when it starts")
+        elif ipaddress.ip_address(head).is_loopback and len(spec.hosts) > 1:
             raise RlboxError(
                 f"the head {head_host.name} resolves to {head}, which other nodes cannot reach; "
                 "name it by its cluster address (or give `address:` in the cluster YAML)"
             )
-    ports = ports_for(run)
+    ids_of = {}
+    for host in spec.hosts:
+        given = devices.get(host.name, profile.npus_per_node)
+        ids = tuple(range(given)) if isinstance(given, int) else tuple(given)
+        if not ids:
+            raise RlboxError(f"{host.name}: no /dev/davinci devices found; is the Ascend driver installed?")
+        ids_of[host.name] = ids
+    slot = min(min(ids) for ids in ids_of.values())
+    ports = ports_for(slot)
+    hccl = sharing.hccl_env(slot, profile.name)
     nodes = []
     for index, host in enumerate(spec.hosts):
-        npus = devices.get(host.name, profile.npus_per_node)
-        if npus <= 0:
-            raise RlboxError(f"{host.name}: no /dev/davinci devices found; is the Ascend driver installed?")
+        ids = ids_of[host.name]
         role = "head" if index == 0 else "worker"
         container, ray = node_container(
-            run=run, run_id=run_id, index=index, role=role, host=host, image=image, npus=npus,
+            run=run, run_id=run_id, index=index, role=role, host=host, image=image, npus=len(ids),
             head=head, ports=ports, mounts=spec.mounts, sim_files=sim_files, network=network,
             privileged=privileged, extra_env=extra_env, cpus=cpus,
-            nofile=(nofile or {}).get(host.name, NOFILE),
+            nofile=(nofile or {}).get(host.name, NOFILE), npu_ids=ids, hccl=hccl,
         )
         targets = [m.target for m in container.mounts]
         dup = next((t for t in targets if targets.count(t) > 1), None)
         if dup:
             raise RlboxError(f"{host.name}: two mounts target {dup}; keep one (--mount, mounts:, or a host's mounts:)")
-        nodes.append(NodePlan(index, role, host, npus, container, tuple(ray)))
+        nodes.append(NodePlan(index, role, host, len(ids), container, tuple(ray), ids))
     counts = {n.npus for n in nodes}
-    notes = []
     if len(counts) > 1:
         notes.append("nodes differ in NPU count; verl's trainer.n_gpus_per_node assumes equal nodes")
     return RunPlan(run, run_id, image, profile.name, network is not None, head, ports, tuple(nodes),
                    network, job, sim_files, sim_driver, tuple(notes), driver_min, driver_max,
-                   profile.device_counts or (profile.npus_per_node,))
+                   profile.device_counts or (profile.npus_per_node,), tuple(hccl.items()))

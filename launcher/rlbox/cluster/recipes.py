@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlbox.core.config import validate
+from rlbox.core.config import load_yaml, read_text, validate
 from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.core.paths import RESOURCES
 
@@ -67,10 +66,7 @@ def load(name: str) -> Recipe:
 
 
 def _parse(path: Path) -> Recipe:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError:
-        raise RlboxError(f"{path}: not valid YAML") from None
+    data = load_yaml(read_text(path), str(path))
     recipe = validate(Recipe, data, str(path))
     for text in [*recipe.overrides, *recipe.env.values()]:
         for m in _PLACEHOLDER.finditer(text):

@@ -10,6 +10,7 @@ simulated chip. Device nodes are mapped from ``/dev/null`` (see plan.node_contai
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import shutil
 from pathlib import Path
 
@@ -100,32 +101,58 @@ def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str, chip
 
 def write_hosts(plan) -> None:
     """Stand-ins for every simulated host of a plan, each as its cluster entry describes it."""
-    for node in plan.nodes:
+    for node in plan.nodes:  # a host has all its NPUs, whichever the run takes
         h = node.host.sim
-        write_stand_ins(Path(plan.sim_files) / node.host.name, plan.hardware, node.npus,
+        devices = h.devices if h.devices is not None else max(max(plan.device_counts or (node.npus,)),
+                                                             max(node.npu_ids or (node.npus - 1,)) + 1)
+        write_stand_ins(Path(plan.sim_files) / node.host.name, plan.hardware, devices,
                         h.driver or plan.sim_driver, h.chip)
 
 
 def network_for(run: str) -> SimNetwork:
-    """A /24 in 172.30.0.0/16 chosen by the run's name."""
-    k = int(hashlib.sha256(run.encode()).hexdigest(), 16) % 256
-    return SimNetwork(f"rlbox-{run}", f"172.30.{k}.0/24")
+    """The run's private network; its subnet is taken when it is created (create_network)."""
+    return SimNetwork(f"rlbox-{run}")
 
 
-def create_network(client, net: SimNetwork, run: str) -> None:
-    """Create the run's network on the planned subnet (node addresses are part of the plan)."""
+def _held_subnets(client) -> set[ipaddress.IPv4Network]:
+    held = set()
+    for net in client.networks.list():
+        for pool in ((net.attrs.get("IPAM") or {}).get("Config") or []):
+            try:
+                held.add(ipaddress.ip_network(pool.get("Subnet", ""), strict=False))
+            except ValueError:
+                pass  # IPv6 or empty
+    return held
+
+
+def create_network(client, net: SimNetwork, run: str) -> str:
+    """Create the run's network on the first /24 of 172.30.0.0/16 (starting at one chosen by
+    the run's name) that no network of the engine holds; a subnet taken in between by another
+    rlbox (the engine refuses an overlap) moves on to the next. Returns the subnet."""
     import docker
     from docker.errors import APIError
 
-    try:
-        client.networks.create(
-            net.name, driver="bridge",
-            ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=net.subnet)]),
-            labels={LABEL_MANAGED: "true", LABEL_RUN: run},
-        )
-    except APIError as err:
-        reason = " ".join(str(err.explanation or err).split())
-        if "overlap" in reason.lower():
-            raise RlboxError(f"simulation subnet {net.subnet} overlaps another Docker network; "
-                             "remove that network or pick another --name (the subnet follows the name)") from None
-        raise RlboxError(f"cannot create the simulation network {net.name}: {reason}") from None
+    start = int(hashlib.sha256(run.encode()).hexdigest(), 16) % 256
+    held = _held_subnets(client)
+    for k in range(256):
+        subnet = ipaddress.ip_network(f"172.30.{(start + k) % 256}.0/24")
+        if any(subnet.overlaps(h) for h in held):
+            continue
+        try:
+            client.networks.create(
+                net.name, driver="bridge", check_duplicate=True,
+                ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(subnet))]),
+                labels={LABEL_MANAGED: "true", LABEL_RUN: run},
+            )
+            return str(subnet)
+        except APIError as err:
+            reason = " ".join(str(err.explanation or err).split())
+            if "overlap" in reason.lower():
+                held.add(subnet)
+                continue
+            if err.status_code == 409 or "already exists" in reason:
+                raise RlboxError(f"simulation network {net.name} already exists: another `rlbox run --name {run}` "
+                                 f"is starting; stop it (rlbox stop --name {run}) or pick another --name") from None
+            raise RlboxError(f"cannot create the simulation network {net.name}: {reason}") from None
+    raise RlboxError("no free /24 left in 172.30.0.0/16 for a simulation network; remove unused networks "
+                     "(docker network prune)")

@@ -26,15 +26,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rlbox.core.config import validate
+from rlbox.core.config import control_char, load_yaml, read_text, validate
 from rlbox.core.errors import RlboxError
 
 HARDWARE_CHOICES = ("a2", "a3", "ax", "auto")
 LOCAL_NAMES = {"local", "localhost", "127.0.0.1", "::1"}
-_HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9a-fA-F:]+\])(?::(?P<port>\d+))?$")
+# A host name starts with a letter or digit (never `-`: ssh would read it as an option).
+_HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9_][A-Za-z0-9._-]{0,31})@)?"
+                      r"(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,252}|\[[0-9a-fA-F:]+\])(?::(?P<port>\d{1,5}))?$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}|[0-9a-fA-F]*:[0-9a-fA-F:]+")
+# An MPI/DeepSpeed hostfile may say how many slots a host has; nothing else may follow the host.
+_HOSTFILE_EXTRA = re.compile(r"^(slots|max_slots|max-slots)=\d+$")
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ class Host:
     @classmethod
     def from_record(cls, record: dict, name_key: str = "host") -> "Host":
         """The host a saved record (a run's node, a server) names, reached as it was then."""
-        return cls(name=record[name_key], ssh_user=record.get("ssh_user"), ssh_port=record.get("ssh_port"),
+        return cls(name=check_name(record.get(name_key), "record"), ssh_user=record.get("ssh_user"), ssh_port=record.get("ssh_port"),
                    identity_file=record.get("identity_file"), known_hosts=record.get("known_hosts"),
                    transport=record.get("transport", "auto"))
 
@@ -141,7 +145,14 @@ class _HostEntry(BaseModel):
     @classmethod
     def _host(cls, v: str) -> str:
         if not _HOST_RE.fullmatch(v):
-            raise ValueError(f"'{v}' is not a host name or address")
+            raise ValueError(f"{v!r} is not a host name or address (letters, digits, . _ -; not starting with -)")
+        return v
+
+    @field_validator("address", "nic")
+    @classmethod
+    def _word(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,252}", v):
+            raise ValueError(f"{v!r} is not an address or interface name")
         return v
 
 
@@ -161,10 +172,20 @@ class _ClusterFile(BaseModel):
         return v
 
 
+def check_name(name: str, where: str = "host") -> str:
+    """A host name as rlbox passes it to ssh and docker: letters, digits, ``. _ -``, not
+    starting with ``-``; or an IPv6 address."""
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise RlboxError(f"{where}: {name!r} is not a host name or address")
+    return name
+
+
 def parse_host(text: str, where: str = "--hosts") -> Host:
     m = _HOST_RE.fullmatch(text.strip())
     if not m:
-        raise RlboxError(f"{where}: '{text}' is not HOST, USER@HOST or USER@HOST:PORT")
+        shown = repr(text) if control_char(text) else f"'{text}'"
+        raise RlboxError(f"{where}: {shown} is not HOST, USER@HOST or USER@HOST:PORT (letters, digits, . _ -; "
+                         "not starting with -)")
     port = int(m["port"]) if m["port"] else None
     if port is not None and not 0 < port < 65536:
         raise RlboxError(f"{where}: '{text}': port {port} out of range")
@@ -179,25 +200,27 @@ def from_hosts(text: str) -> ClusterSpec:
 
 
 def from_file(path: Path) -> ClusterSpec:
-    """A cluster YAML (mapping with `hosts:`) or a plain hostfile (one host per line)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise RlboxError(f"{path}: cannot read ({err.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        data = None
+    """A cluster YAML (mapping with `hosts:`) or a plain hostfile (one host per line).
+
+    A file whose every line is one host (``[user@]host[:port]``, optionally ``slots=N``) is a
+    hostfile; anything else is read as YAML, strictly: a syntax error is a parse error at its
+    line, and a file that is neither names its first line that is not a host."""
+    text = read_text(path)
+    lines = [(n, line.split("#", 1)[0].split()) for n, line in enumerate(text.splitlines(), 1)]
+    lines = [(n, words) for n, words in lines if words]
+    bad = next(((n, words) for n, words in lines
+                if not _HOST_RE.fullmatch(words[0]) or not all(_HOSTFILE_EXTRA.fullmatch(w) for w in words[1:])), None)
+    if bad is None:
+        if not lines:
+            raise RlboxError(f"{path}: no hosts in the hostfile")
+        hosts = [parse_host(words[0], where=f"{path}:{n}") for n, words in lines]
+        return _checked(ClusterSpec(tuple(hosts), source=str(path)))
+    data = load_yaml(text, str(path))
     if isinstance(data, dict):
         return _from_yaml(path, data)
-    hosts = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if line:
-            hosts.append(parse_host(line.split()[0], where=f"{path}:{lineno}"))
-    if not hosts:
-        raise RlboxError(f"{path}: no hosts in the hostfile")
-    return _checked(ClusterSpec(tuple(hosts), source=str(path)))
+    n, words = bad
+    raise RlboxError(f"{path}:{n}: {' '.join(words)[:80]!r} is not a host: a hostfile has one [user@]host[:port] "
+                     "per line (optionally slots=N); a cluster YAML is a mapping with hosts:")
 
 
 def _from_yaml(path: Path, data: dict[str, Any]) -> ClusterSpec:

@@ -11,15 +11,44 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from rlbox.core.errors import RlboxError, did_you_mean
 
 
+def control_char(text: str) -> str | None:
+    """The first control character of ``text`` (newline, tab, escape, ...), or None."""
+    return next((c for c in text if ord(c) < 32 or 127 <= ord(c) < 160 or c in "\u2028\u2029"), None)
+
+
+def one_line(value: Any) -> Any:
+    """``value`` (a string, or lists and mappings of them) when no string in it holds a control
+    character; else ValueError naming it. Manifest strings reach rendered files (Dockerfiles,
+    labels, shell lines): a newline there would be a new instruction."""
+    if isinstance(value, str):
+        bad = control_char(value)
+        if bad is not None:
+            raise ValueError(f"control character U+{ord(bad):04X} in {value[:60]!r}; "
+                             "a manifest value is one line of printable text")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            one_line(k)
+            one_line(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            one_line(v)
+    return value
+
+
 class Strict(BaseModel):
-    """A config record: unknown keys are errors, values are frozen."""
+    """A config record: unknown keys are errors, values are frozen, strings are one line."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _one_line(cls, value: Any) -> Any:
+        return one_line(value)
 
 
 def rel(path: Path, root: Path) -> str:
@@ -30,18 +59,52 @@ def rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def read_yaml(path: Path, root: Path) -> dict[str, Any]:
-    """A YAML file whose top level is a mapping; any problem is one line naming the file."""
-    where = rel(path, root)
+class _UniqueKeys(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # the base class reports unhashable keys
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {str(key)[:60]!r} (first at line {seen[key].line + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
+def read_text(path: Path, where: str | None = None) -> str:
+    """A text file as UTF-8; unreadable or not UTF-8 is one line naming the file."""
+    where = where or str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise RlboxError(f"{where}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
+                         "save it as UTF-8") from None
+    except OSError as err:
+        raise RlboxError(f"{where}: cannot read ({err.strerror})") from None
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """YAML text parsed strictly (safe types, no duplicate keys); a problem is one line
+    ``WHERE:LINE: problem``."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         problem = getattr(err, "problem", None) or "not valid YAML"
         raise RlboxError(f"{where}{line}: {problem}; fix the YAML syntax") from None
-    except OSError as err:
-        raise RlboxError(f"{where}: cannot read ({err.strerror})") from None
+
+
+def read_yaml(path: Path, root: Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping; any problem is one line naming the file."""
+    where = rel(path, root)
+    data = load_yaml(read_text(path, where), where)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -83,7 +146,9 @@ def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | No
 def error_line(err: ValidationError, where: str, model: type[BaseModel]) -> str:
     """The first problem of a validation error as ``WHERE: field.path: what``; an unknown key
     names the nearest real key and every allowed one."""
-    first = err.errors()[0]
+    errors = err.errors()
+    # An unknown key first: a misspelt key (`hots:`) also makes the real one missing.
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(first["loc"])
     path = ".".join(str(p) for p in loc) or "(top level)"
     if first["type"] == "extra_forbidden":

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlbox.cluster.spec import Mount
-from rlbox.core.config import validate
+from rlbox.core.config import load_yaml, read_text, validate
 from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.core.paths import RESOURCES
 from rlbox.training.oneshot import OneShot
@@ -127,12 +127,7 @@ class CustomSpec(BaseModel):
 
 def load_spec(path: Path) -> tuple[CustomSpec, Path]:
     """The spec and its input file's absolute path."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise RlboxError(f"--spec {path}: cannot read ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        raise RlboxError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    data = load_yaml(read_text(path, f"--spec {path}"), str(path))
     if not isinstance(data, dict):
         raise RlboxError(f"{path}: expected a mapping (input:, prompt:, answer:, ground_truth:, ...)")
     spec = validate(CustomSpec, data, str(path))

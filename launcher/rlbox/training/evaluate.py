@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 
 import requests
 
+from rlbox.core.config import read_text
 from rlbox.core.errors import RlboxError
 
 # rlbox's dataset names -> AISBench dataset configs (seed 000: aime2024; seed 001: MATH-500).
@@ -330,13 +331,16 @@ def result(p: EvalPlan, model_id: str) -> dict:
 
 def load_result(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text())
-    except OSError as err:
-        raise RlboxError(f"{path}: cannot read ({err.strerror})") from None
+        data = json.loads(read_text(path))
     except ValueError:
         raise RlboxError(f"{path}: not JSON (an `rlbox eval` result)") from None
     if not isinstance(data, dict) or data.get("schema") != "rlbox.eval/v1":
         raise RlboxError(f"{path}: not an `rlbox eval` result (schema rlbox.eval/v1)")
+    for key in ("dataset", "metric", "mode"):
+        if not isinstance(data.get(key), str):
+            raise RlboxError(f"{path}: `{key}` is missing or not text; not a complete `rlbox eval` result")
+    if not isinstance(data.get("mean"), (int, float)) or isinstance(data.get("mean"), bool):
+        raise RlboxError(f"{path}: `mean` is missing or not a number; not a complete `rlbox eval` result")
     return data
 
 
@@ -353,12 +357,12 @@ def endpoint_for(endpoint: str | None, runs_dir: Path, name: str) -> Endpoint:
     """The server to evaluate: ``--endpoint``, else the one `rlbox serve --name NAME` started."""
     if endpoint:
         return Endpoint.parse(endpoint)
-    from rlbox.training.serve import state_path as serve_record
+    from rlbox.training.serve import load_record, state_path as serve_record
 
     state_path = serve_record(runs_dir, name)
     if not state_path.is_file():
         raise RlboxError(f"eval: no --endpoint and no server named '{name}' under {runs_dir} (rlbox serve MODEL)")
-    state = json.loads(state_path.read_text())
+    state = load_record(state_path, "url")
     return Endpoint.parse(state["url"], state.get("max_model_len"), source=f"rlbox serve --name {name}")
 
 

@@ -27,7 +27,7 @@ from rlbox.cluster.hosts import connect, count_devices
 from rlbox.cluster.sim import write_stand_ins
 from rlbox.cluster.spec import Host, Mount, from_hosts
 from rlbox.core import engine
-from rlbox.core.config import parse_pairs
+from rlbox.core.config import parse_pairs, read_text
 from rlbox.core.errors import RlboxError
 from rlbox.training.oneshot import ensure_image
 from rlbox.cluster.plan import (BASE_ENV, CONTROL_DEVICES, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, LABEL_MANAGED, NOFILE, NPROC,
@@ -238,13 +238,25 @@ def state_path(runs_dir: Path, name: str) -> Path:
     return runs_dir / "serve" / f"{name}.json"
 
 
+def load_record(path: Path, *fields: str) -> dict:
+    """A server's record, with ``fields`` present; a broken one is one line naming the file."""
+    try:
+        data = json.loads(read_text(path))
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not all(isinstance(data.get(f), str) and data.get(f) for f in fields):
+        raise RlboxError(f"{path}: not a server record (JSON with {', '.join(fields)}); remove it, and any "
+                         "container it started (docker ps --filter label=io.rlbox.serve)")
+    return data
+
+
 def stop_named(runs_dir: Path, name: str) -> tuple[int, str]:
     """`rlbox serve --stop`: remove server NAME's container(s) on its host and its record;
     the number removed and the host."""
     path = state_path(runs_dir, name)
     if not path.is_file():
         raise RlboxError(f"no server named '{name}' under {runs_dir} (rlbox serve MODEL --name {name} starts one)")
-    state = json.loads(path.read_text())
+    state = load_record(path, "host")
     node = connect(host_of(state))
     try:
         removed = stop(node.client, name)

@@ -55,7 +55,7 @@ def judge(facts: NodeFacts, node_plan: NodePlan, plan: RunPlan, replace: bool) -
     # Device nodes
     devs = facts.devices
     want = node_plan.npus
-    ok = len(devs) in device_counts and len(devs) >= want
+    ok = len(devs) in device_counts and {f"davinci{i}" for i in node_plan.npu_ids or range(want)} <= set(devs)
     add("devices", ok, f"{len(devs)} /dev/davinci* (plan: {want}; {plan.hardware} hosts have {'/'.join(map(str, device_counts))})",
         "a device is missing or the driver is not loaded: check `npu-smi info` and dmesg")
 
@@ -99,8 +99,11 @@ def judge(facts: NodeFacts, node_plan: NodePlan, plan: RunPlan, replace: bool) -
         add("stale ray", True, "not checked: --replace removes this run's Ray first")
     else:
         stale = facts.ray_processes or ()
-        add("stale ray", not stale, f"{len(stale)} Ray process(es) running" if stale else "no Ray running",
-            "a previous cluster is alive: `rlbox status` / `rlbox stop --name RUN`, or `ray stop` where it runs")
+        if stale and facts.live_runs:  # neighbours on other NPUs of this host, with their own ports
+            add("stale ray", True, f"{len(stale)} Ray process(es) of live run(s) {', '.join(facts.live_runs)}")
+        else:
+            add("stale ray", not stale, f"{len(stale)} Ray process(es) running" if stale else "no Ray running",
+                "a previous cluster is alive: `rlbox status` / `rlbox stop --name RUN`, or `ray stop` where it runs")
 
     # Limits and shared memory
     hard = facts.nofile_hard

@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbox.cluster.hosts import Node, ssh_base, ssh_target
-from rlbox.cluster.plan import LABEL_RUN, NodePlan, RunPlan
+from rlbox.cluster.hosts import Node, ssh_argv
+from rlbox.cluster.plan import LABEL_HOST, LABEL_RUN, NodePlan, RunPlan
 from rlbox.core import npu
 
 # Mount targets that are the host's driver files, not the run's model/data/checkpoints.
@@ -36,7 +36,8 @@ class NodeFacts:
     npu_smi: str = ""  # what `npu-smi info` printed
     npu_smi_error: str | None = None  # why it printed nothing usable ("" if it did not say)
     driver: str | None = None  # the driver's version.info version; None if missing
-    npu_holders: tuple[tuple[str, str | None], ...] = ()  # containers holding /dev/davinciN: (name, run label)
+    npu_holders: tuple[tuple[str, str | None], ...] = ()  # containers holding this node's NPUs: (name, run label)
+    live_runs: tuple[str, ...] = ()  # other rlbox runs with a running node container on this host
     listening: frozenset[int] = frozenset()  # TCP ports listening on the host
     ray_processes: tuple[str, ...] | None = None  # pids of raylet/gcs_server; None: not looked for (--replace)
     nofile_hard: str = ""  # `ulimit -Hn`: a number, "unlimited", or "" if it printed nothing
@@ -64,7 +65,7 @@ class HostView:
     def run(self, argv: list[str], timeout: float = 15) -> subprocess.CompletedProcess:
         if self.host.local or self.stand_ins is not None:
             return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        return subprocess.run([*ssh_base(self.host), ssh_target(self.host), "--", shlex.join(argv)],
+        return subprocess.run(ssh_argv(self.host, command=[shlex.join(argv)]),
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
     def devices(self) -> tuple[str, ...]:
@@ -119,12 +120,20 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
     table, table_error = view.npu_smi()
     driver = view.driver_version()
 
-    holders = []
+    holders, live_runs = [], set()
+    mine = {f"/dev/davinci{i}" for i in node_plan.npu_ids} or None
     for box in client.containers.list():
         run = box.labels.get(LABEL_RUN)
-        mapped = box.attrs.get("HostConfig", {}).get("Devices") or []
-        if any(d.get("PathInContainer", "").startswith("/dev/davinci") and d.get("PathInContainer", "")[12:].isdigit()
-               for d in mapped):
+        host = box.labels.get(LABEL_HOST)
+        if run and run != plan.run:  # its Ray processes are visible from this host, and not stale
+            live_runs.add(run)
+        devs = box.attrs.get("HostConfig", {}).get("Devices") or []
+        if view.stand_ins is not None and host != node_plan.host.name and (
+                host is not None or (run and all(d.get("PathOnHost") == "/dev/null" for d in devs))):
+            continue  # simulated hosts share this engine: another (or an unnamed) simulated host's node
+        mapped = {d.get("PathInContainer", "") for d in box.attrs.get("HostConfig", {}).get("Devices") or []}
+        npus = {d for d in mapped if d.startswith("/dev/davinci") and d[12:].isdigit()}
+        if npus and (mine is None or npus & mine):  # runs on other NPUs of the host are neighbours
             holders.append((box.name, run))
 
     listening = listening_ports(view.run(["ss", "-Hltn"]).stdout)
@@ -154,7 +163,7 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
                     if not m.target.startswith(DRIVER_TARGETS) and view.run(["test", "-e", m.source]).returncode != 0)
     return NodeFacts(
         engine_version=info.get("ServerVersion"), transport="local" if view.host.local else "ssh",
-        devices=devices, npu_smi=table, npu_smi_error=table_error, driver=driver, npu_holders=tuple(holders),
+        devices=devices, npu_smi=table, npu_smi_error=table_error, driver=driver, npu_holders=tuple(holders), live_runs=tuple(sorted(live_runs)),
         listening=listening, ray_processes=ray, nofile_hard=hard, shm_kib=shm, route=route,
         docker_root=root, disk_free_kib=free, image=image, image_size=size, missing_mounts=missing,
     )

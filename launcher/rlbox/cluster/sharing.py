@@ -1,0 +1,172 @@
+"""Runs that share hosts: which NPUs a run takes (``--devices 8`` or ``0-7``/``8-15``/``0,2,4,6``),
+the ports that follow from them (Ray's block and HCCL's ranges), and claiming both on a host
+atomically.
+
+Ports follow the run's *slot*, the lowest NPU id it uses: runs sharing a host hold disjoint
+NPUs, so their slots, and with them every port, differ. A claim is a container that is created
+and never started, named after what it holds (``rlbox-claim-HOST-npu3``): the engine refuses a
+second container of the same name, so of two runs racing for one NPU exactly one gets it. Claims
+are taken one by one in one global order (by name), so two racing runs never both fail; the
+loser removes what it took and is told which run holds the rest. Claims carry the label
+``io.rlbox.claim=RUN`` and go with the run's containers.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from rlbox.core import engine
+from rlbox.core.errors import RlboxError
+
+MAX_NPU_ID = 31  # ids 0..31: 32 slots, each with its own Ray block and HCCL ranges
+RAY_BASE, RAY_BLOCK = 20000, 1000  # slot s: Ray ports 20000 + 1000 s .. + 999 (20000-51999)
+HCCL_BASE, HCCL_BLOCK = 60100, 160  # slot s: 60100 + 160 s .. + 159 (60100-65219, under 65520)
+LABEL_CLAIM = "io.rlbox.claim"
+LABEL_CLAIM_ID = "io.rlbox.claim-run-id"
+LABEL_CLAIM_WHAT = "io.rlbox.claim-what"
+
+
+def parse_devices(text: str | None) -> int | tuple[int, ...] | None:
+    """``--devices``: a count (``8``) or NPU ids (``0-7``, ``8-15``, ``0,2,4,6``, ``0-3,8-11``)."""
+    if text is None:
+        return None
+    raw = str(text).strip()
+    if re.fullmatch(r"\d{1,3}", raw):
+        count = int(raw)
+        if not 0 < count <= MAX_NPU_ID + 1:
+            raise RlboxError(f"--devices {raw}: a count is 1..{MAX_NPU_ID + 1}")
+        return count
+    if not re.fullmatch(r"\d{1,3}(-\d{1,3})?(,\d{1,3}(-\d{1,3})?)*", raw):
+        raise RlboxError(f"--devices {text!r}: give a count (8) or NPU ids (0-7, 8-15, 0,2,4,6)")
+    ids: set[int] = set()
+    for part in raw.split(","):
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if first > last or last > MAX_NPU_ID:
+            raise RlboxError(f"--devices {raw}: '{part}' is not a range of NPU ids within 0..{MAX_NPU_ID}")
+        overlap = ids & set(range(first, last + 1))
+        if overlap:
+            raise RlboxError(f"--devices {raw}: NPU {min(overlap)} is named twice")
+        ids.update(range(first, last + 1))
+    return tuple(sorted(ids))
+
+
+def ids_text(ids: tuple[int, ...]) -> str:
+    """``(0, 1, 2, 3, 8)`` -> ``0-3,8``."""
+    parts, start = [], None
+    for i, n in enumerate(ids):
+        if start is None:
+            start = n
+        if i + 1 == len(ids) or ids[i + 1] != n + 1:
+            parts.append(f"{start}-{n}" if n > start else str(n))
+            start = None
+    return ",".join(parts)
+
+
+def ray_base(slot: int) -> int:
+    return RAY_BASE + RAY_BLOCK * slot
+
+
+def hccl_env(slot: int, hardware: str) -> dict[str, str]:
+    """HCCL's ports for a slot. ``HCCL_IF_BASE_PORT``: the host NIC ports of root-info
+    communicators (CANN 8.2/8.3 take 32 from the base; default 60000). On A3 also
+    ``HCCL_HOST_SOCKET_PORT_RANGE`` (host side, CANN >= 8.1.RC1; it wins over the base port) and
+    ``HCCL_NPU_SOCKET_PORT_RANGE`` (NPU side, default 16666), 64 ports each: at least one per
+    HCCL process of the host. On A2 / A+X only the base port: CANN does not support the two
+    ranges there with MC2 fused operators (pass them with --env to opt in)."""
+    base = HCCL_BASE + HCCL_BLOCK * slot
+    env = {"HCCL_IF_BASE_PORT": str(base)}
+    if hardware == "a3":
+        env["HCCL_HOST_SOCKET_PORT_RANGE"] = f"{base + 32}-{base + 95}"
+        env["HCCL_NPU_SOCKET_PORT_RANGE"] = f"{base + 96}-{base + 159}"
+    return env
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def name_claim(plan) -> tuple[int, str, str]:
+    return (0, f"rlbox-claim-run-{plan.run}", f"run name '{plan.run}'")
+
+
+def claims(plan) -> list[tuple[int, str, str]]:
+    """What a run claims, as (node index, claim container name, what it holds), in the one
+    global order: the run's name on the head's engine, every NPU of every node, and for a
+    simulation the dashboard port it publishes on this machine."""
+    out = [name_claim(plan)]
+    for node in plan.nodes:
+        for i in node.npu_ids:
+            out.append((node.index, f"rlbox-claim-{_safe(node.host.name)}-npu{i:02d}", f"NPU {i} of {node.host.name}"))
+    if plan.sim:
+        port = plan.ports.dashboard
+        out.append((0, f"rlbox-claim-port-{port}", f"port {port} of this machine (simulated dashboard)"))
+    return sorted(out, key=lambda c: c[1])
+
+
+def claim_name(plan, nodes, replace: bool) -> None:
+    """Take the run's name first (before an earlier run of the name is cleared): of two
+    `rlbox run --name X` started at once, one goes on; under --replace an earlier run's name
+    claim is taken over (its containers and claims are removed next)."""
+    try:
+        claim(plan, nodes, [name_claim(plan)])
+    except RlboxError:
+        if not replace:
+            raise
+        release(nodes[0].client, plan.run)
+        claim(plan, nodes, [name_claim(plan)])
+
+
+def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
+    """Take the claims of ``plan`` (``which``, default all but its name) on the connected
+    ``nodes``, or none: on a conflict, remove what was taken and raise naming the run that
+    holds it. Returns how many were taken."""
+    from docker.errors import APIError, NotFound
+
+    taken = []
+    if which is None:
+        which = [c for c in claims(plan) if c != name_claim(plan)]
+    try:
+        for index, name, what in which:
+            client = nodes[index].client
+            labels = {engine.LABEL_MANAGED: "true", LABEL_CLAIM: plan.run, LABEL_CLAIM_ID: plan.run_id,
+                      LABEL_CLAIM_WHAT: what}
+            try:
+                taken.append(client.containers.create(plan.image, ["true"], name=name, labels=labels,
+                                                      network_mode="none", detach=True))
+            except APIError as err:
+                if err.status_code != 409:
+                    raise RlboxError(f"{nodes[index].host.name}: cannot claim {what}: {engine.reason(err)}") from None
+                holder = {}
+                for _ in range(20):  # the engine reserves a name before the container can be read
+                    try:
+                        holder = client.containers.get(name).labels
+                        break
+                    except NotFound:
+                        time.sleep(0.05)
+                run = holder.get(LABEL_CLAIM) or plan.run if what.startswith("run name") else holder.get(LABEL_CLAIM, "?")
+                if run == plan.run:
+                    raise RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}): another "
+                                     f"`rlbox run --name {run}` is starting, or one was killed (`rlbox stop --name {run}` "
+                                     "clears it; --replace takes it over)") from None
+                raise RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}); "
+                                 f"choose other NPUs (--devices) or hosts, or wait for it (`rlbox stop --name {run}` "
+                                 "ends it)") from None
+    except BaseException:
+        for box in taken:
+            engine.remove_quietly(box)
+        raise
+    return len(taken)
+
+
+def release(client, run: str, keep_id: str | None = None) -> None:
+    """Remove run ``run``'s claims on one engine (but those of run id ``keep_id``)."""
+    # the low-level list: simulated nodes share one engine and release at once, and the
+    # high-level one reads each container again (one removed in between would fail it)
+    for box in client.api.containers(all=True, filters={"label": f"{LABEL_CLAIM}={run}"}):
+        if keep_id is None or (box.get("Labels") or {}).get(LABEL_CLAIM_ID) != keep_id:
+            try:
+                client.api.remove_container(box["Id"], force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass

@@ -1,0 +1,142 @@
+"""Runs sharing hosts, on a real engine with real Ray: NPU ids per run, distinct Ray and HCCL
+ports, atomic claims (an overlapping run is refused naming the live one; of two racing runs
+exactly one starts), simulation networks that never collide."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import docker
+import pytest
+
+from conftest import REPO, rlbox
+from support.engine import remove_labelled, remove_test_runs
+
+pytestmark = pytest.mark.engine
+SLEEP = ["--", "python3", "-c", "import time; time.sleep(600)"]
+
+
+def _cleanup():
+    remove_test_runs("t13-")
+    for box in docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.managed=true"}):
+        if box.labels.get("io.rlbox.claim", "").startswith("t13-"):
+            box.remove(force=True)
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    _cleanup()
+    yield
+    _cleanup()
+
+
+def _env(name: str, index: int = 0) -> dict[str, str]:
+    box = docker.from_env().containers.get(f"rlbox-{name}-node{index}")
+    return dict(e.split("=", 1) for e in box.attrs["Config"]["Env"])
+
+
+def _devices(name: str, index: int = 0) -> list[str]:
+    box = docker.from_env().containers.get(f"rlbox-{name}-node{index}")
+    return sorted(d["PathInContainer"] for d in box.attrs["HostConfig"]["Devices"] if d["PathInContainer"][12:].isdigit())
+
+
+def _claims(run: str) -> list[str]:
+    return sorted(b.name for b in docker.from_env().containers.list(all=True, filters={"label": f"io.rlbox.claim={run}"}))
+
+
+def _subnet(name: str) -> str:
+    return docker.from_env().networks.get(f"rlbox-{name}").attrs["IPAM"]["Config"][0]["Subnet"]
+
+
+def test_two_runs_split_the_same_nodes_and_an_overlapping_third_is_refused(runs):
+    lo = rlbox("run", "--sim", "--nodes", "2", "--devices", "0-7", "--name", "t13-lo", "--runs-dir", runs,
+               "--detach", "--timeout", "180", *SLEEP)
+    assert lo.returncode == 0, lo.stderr[-2000:]
+    hi = rlbox("run", "--sim", "--nodes", "2", "--devices", "8-15", "--name", "t13-hi", "--runs-dir", runs,
+               "--detach", "--timeout", "180", *SLEEP)
+    assert hi.returncode == 0, hi.stderr[-2000:]
+    assert "ray: 2/2 nodes, 16/16 NPUs" in lo.stderr and "ray: 2/2 nodes, 16/16 NPUs" in hi.stderr
+    for i in (0, 1):  # side by side on sim0 and sim1, each with its own NPUs and ports
+        assert _devices("t13-lo", i) == sorted(f"/dev/davinci{n}" for n in range(8))
+        assert _devices("t13-hi", i) == sorted(f"/dev/davinci{n}" for n in range(8, 16))
+        a, b = _env("t13-lo", i), _env("t13-hi", i)
+        for key in ("HCCL_IF_BASE_PORT", "HCCL_HOST_SOCKET_PORT_RANGE", "HCCL_NPU_SOCKET_PORT_RANGE",
+                    "DASHBOARD_METRIC_PORT", "AUTOSCALER_METRIC_PORT"):
+            assert a[key] and b[key] and a[key] != b[key], key
+    assert _subnet("t13-lo") != _subnet("t13-hi")
+    assert len(_claims("t13-lo")) == 1 + 16 + 1 and len(_claims("t13-hi")) == 1 + 16 + 1  # name, NPUs, port
+    status = rlbox("status", "--name", "t13-hi", "--runs-dir", runs, "--json")
+    assert status.returncode == 0 and '"state": "running"' in status.stdout
+
+    # A third run over NPUs 4-11 overlaps both; refused by the claim (doctor skipped) and by the doctor
+    third = rlbox("run", "--sim", "--nodes", "2", "--devices", "4-11", "--name", "t13-mid", "--runs-dir", runs,
+                  "--no-doctor", "--smoke-test")
+    assert third.returncode == 2
+    line = third.stderr.strip().splitlines()[-1]
+    assert "NPU 4 of sim0 is held by run 't13-lo'" in line, third.stderr[-1500:]
+    assert not _claims("t13-mid") and "rlbox-t13-mid" not in str(docker.from_env().networks.list())
+    third = rlbox("run", "--sim", "--nodes", "2", "--devices", "4-11", "--name", "t13-mid", "--runs-dir", runs,
+                  "--smoke-test")
+    assert third.returncode == 2 and "devices free: held by rlbox-t13-" in third.stderr
+    assert "rlbox-t13-lo-node0" in third.stderr and "rlbox-t13-hi-node0" in third.stderr
+    # the live runs are untouched
+    live = json.loads(rlbox("status", "--name", "t13-lo", "--runs-dir", runs, "--json").stdout)
+    assert [n["state"] for n in live["nodes"]] == ["running", "running"]
+    for name in ("t13-lo", "t13-hi"):
+        stop = rlbox("stop", "--name", name, "--runs-dir", runs)
+        assert stop.returncode == 0 and "removed 2 container(s)" in stop.stdout
+        assert _claims(name) == []
+
+
+def test_two_runs_racing_for_the_same_npus_exactly_one_starts(runs):
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", "1", "--devices", "0-3", "--name", name,
+             "--runs-dir", str(runs), "--detach", "--timeout", "180", *SLEEP],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name in ("t13-ra", "t13-rb")
+    }
+    results = {name: (p.wait(timeout=300), p.stderr.read()) for name, p in procs.items()}
+    won = [n for n, (code, _) in results.items() if code == 0]
+    lost = [n for n, (code, _) in results.items() if code != 0]
+    assert len(won) == 1 and len(lost) == 1, {n: r[1][-800:] for n, r in results.items()}
+    code, err = results[lost[0]]
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("rlbox: error: ") and "Traceback" not in err
+    # refused by the claim (is held by run) or, when the winner was already up, by the doctor
+    assert f"held by run '{won[0]}'" in last or f"held by rlbox-{won[0]}-node0" in last, last
+    assert _claims(lost[0]) == [] and docker.from_env().containers.list(all=True, filters={"label": f"io.rlbox.run={lost[0]}"}) == []
+    assert rlbox("stop", "--name", won[0], "--runs-dir", runs).returncode == 0
+
+
+def test_same_name_started_twice_at_once_is_refused_plainly(runs):
+    argv = [sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", "1", "--devices", "0-1", "--name", "t13-twin",
+            "--runs-dir", str(runs), "--detach", "--timeout", "180", *SLEEP]
+    procs = [subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2], [r[1][-800:] for r in results]
+    err = next(e for code, e in results if code)
+    assert "subnet" not in err and ("run name 't13-twin' is held by run 't13-twin'" in err or "is already live" in err), err
+    assert rlbox("run", "--sim", "--nodes", "1", "--name", "t13-twin", "--runs-dir", runs, "--smoke-test").returncode == 2
+    assert rlbox("stop", "--name", "t13-twin", "--runs-dir", runs).returncode == 0
+    assert _claims("t13-twin") == []
+
+
+def test_simulation_subnets_never_collide_for_names_that_hash_alike(runs):
+    """t-g21 and t-g22 shared a subnet when it followed the name; now the engine's free /24s decide."""
+    import hashlib
+
+    def bucket(name):
+        return int(hashlib.sha256(name.encode()).hexdigest(), 16) % 256
+    a = "t13-g21"
+    b = next(f"t13-g{i}" for i in range(1000) if f"t13-g{i}" != a and bucket(f"t13-g{i}") == bucket(a))
+    for name, ids in ((a, "0-1"), (b, "2-3")):
+        proc = rlbox("run", "--sim", "--nodes", "1", "--devices", ids, "--name", name, "--runs-dir", runs,
+                     "--detach", "--timeout", "180", *SLEEP)
+        assert proc.returncode == 0, proc.stderr[-1500:]
+    assert _subnet(a) != _subnet(b)
+    for name in (a, b):
+        assert rlbox("stop", "--name", name, "--runs-dir", runs).returncode == 0
+    remove_labelled("io.rlbox.claim", a)
