@@ -11,7 +11,7 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench rehearsal sim-image
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench rehearsal sim-image rehearse-image
 
 help:
 	@echo "make rehearsal     4-node simulated Atlas A3 cluster: 64 NPUs in Ray, smoke-test job, teardown"
@@ -21,6 +21,7 @@ help:
 	@echo "make dockerfiles   re-render dockerfiles/ from images/, templates/, patches/"
 	@echo "make image REF=RELEASE:VARIANT    build one variant of the matrix (BUILD_FLAGS=... rlbox build options; CI uses it)"
 	@echo "make image-a2|image-a3|image-ax   build $(FLAGSHIP) for that hardware (BUILD_FLAGS=...)"
+	@echo "make rehearse-image REF=RELEASE:VARIANT [MIRRORS=DIR]   real-content build on a CANN stand-in base + checks"
 	@echo "make bench         benchmarks under bench/ (image rebuild, cluster bring-up, pre-flight)"
 
 setup:
@@ -32,6 +33,14 @@ test: setup
 sim-image: setup
 	bash tools/make-base-image.sh
 	$(RLBOX) build rlbox_sim:$(SIM_VARIANT) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+# A real-content rehearsal of one variant (rlbox rehearse): MIRRORS=DIR fills the source cache's git
+# sources from local full clones first (DIR/<owner>+<name>/repo), for machines without GitHub.
+MIRRORS ?=
+rehearse-image: setup
+	@if [ -z "$(REF)" ]; then echo "make rehearse-image: give REF=RELEASE:VARIANT (see rlbox images list)" >&2; exit 2; fi
+	$(if $(MIRRORS),$(VENV) bash tools/sources-from-mirrors.sh $(MIRRORS))
+	$(RLBOX) rehearse $(REF) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
 rehearsal: sim-image
 	$(RLBOX) run --sim --nodes 4 --hardware a3 --smoke-test
