@@ -280,6 +280,7 @@ class RunPlan:
     driver_min: str | None = None  # what the image's CANN needs from the host (doctor)
     driver_max: str | None = None
     device_counts: tuple[int, ...] = ()  # NPU counts hosts of this hardware come with
+    max_restarts: int = 0  # times a lost node or a retryable failure restarts the cluster and the job
 
     @property
     def total_npus(self) -> int:
@@ -313,6 +314,9 @@ class RunPlan:
             lines += ["", f"# job {self.job.submission_id}, submitted to http://{self.head}:{self.ports.dashboard}/api/jobs/",
                       f"#   env: {' '.join(k + '=' + (shlex.quote(v) if len(v) < 80 else '<' + str(len(v)) + ' chars>') for k, v in self.job.env) or '-'}",
                       self.job.entrypoint]
+            if self.max_restarts:
+                lines.append(f"# on a lost node or a retryable failure: up to {self.max_restarts} restart(s), each "
+                             "re-running the pre-flight checks and resubmitting the job (verl: trainer.resume_mode=auto)")
         return "\n".join(lines) + "\n"
 
     def as_dict(self) -> dict[str, Any]:
@@ -342,6 +346,7 @@ class RunPlan:
                 for n in self.nodes
             ],
             "job": self.job.as_dict() if self.job else None,
+            "max_restarts": self.max_restarts,
         }
 
 
