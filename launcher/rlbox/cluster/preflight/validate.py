@@ -180,7 +180,7 @@ def hydra_overrides(argv: list[str]) -> list[str]:
         if arg in ("--config-name", "-cn", "--config-path", "-cp"):
             skip = True
             continue
-        if arg.startswith("-") or "=" not in arg:
+        if arg.startswith("-") or ("=" not in arg and not arg.startswith("~")):  # ~key deletes: no '='
             continue
         out.append(arg)
     return out
@@ -262,8 +262,11 @@ def _type_problem(key: str, default, value) -> str | None:
     return f"{value!r} is not {kind} (the default is {default!r})"
 
 
-def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int | None = None) -> list[Problem]:
-    """Every problem with this job's overrides, as one-line Problems (empty: valid)."""
+def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int | None = None, *,
+          restarts: int = 0, mounts: tuple[tuple[str, bool], ...] = ()) -> list[Problem]:
+    """Every problem with this job's overrides, as one-line Problems (empty: valid). With
+    ``restarts``, also that a restart can resume; ``mounts``: (target, same source on every node)
+    of each writable mount every node has."""
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -284,16 +287,19 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
     good = []
     for text, ov in zip(overrides, parsed):
         key = ov.key_or_group
+        # an unknown key is always said, with the nearest real one, whatever else is said of it
+        unknown = "/" not in key and key not in known and (ov.is_delete() or not (ov.is_add() or ov.is_force_add()))
+        if unknown:
+            problems.append(Problem((key,), f"unknown key in {entry.config_name}{_suggest(key, known)}"
+                                            + ("" if ov.is_delete() else " (a new key needs a leading +)")))
         if "filter_groups" in key and not dapo:
             problems.append(Problem((key,), f"filter_groups is a DAPO setting: it needs the DAPO entrypoint "
                                            f"(python3 -m recipe.dapo.main_dapo), not {entry.module}"))
             continue
+        if unknown:
+            continue
         if ov.is_add() or ov.is_delete() or ov.is_force_add() or "/" in key:
             good.append(text)
-            continue
-        if key not in known:
-            problems.append(Problem((key,), f"unknown key in {entry.config_name}{_suggest(key, known)}"
-                                            " (a new key needs a leading +)"))
             continue
         value = ov.value()
         why = _type_problem(key, known[key], value)
@@ -314,7 +320,36 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
             return None
 
     problems += _cluster_rules(get, dapo, nodes, npus)
+    problems += verl_rules(get, nodes, npus)
+    problems += restart_rules(get, restarts, mounts)
     return problems
+
+
+def restart_rules(get, restarts: int, mounts: tuple[tuple[str, bool], ...]) -> list[Problem]:
+    """`--max-restarts N` resumes from verl's newest checkpoint: refuse what cannot resume. verl
+    saves every trainer.save_freq steps (default -1: never) into trainer.default_local_dir; that
+    folder must outlive the containers (a mount on every node), and Megatron's checkpoint is
+    loaded by every rank from one folder, so for it the mount must be the same on every node
+    (verl's Ascend FAQ: Megatron checkpoints on per-node disks do not load)."""
+    if not restarts:
+        return []
+    out = []
+    freq = get("trainer.save_freq")
+    if not isinstance(freq, int) or freq <= 0:
+        out.append(Problem(("trainer.save_freq",), f"is {freq!r}: with --max-restarts {restarts} a restart resumes from a "
+                                                   "checkpoint, and verl saves none; set trainer.save_freq=N (N > 0)"))
+    folder = get("trainer.default_local_dir")
+    megatron = get("actor_rollout_ref.actor.strategy") == "megatron"
+    need = "a mount that is the same on every node (Megatron)" if megatron else "a mount every node has"
+    if not isinstance(folder, str) or not folder.startswith("/"):
+        out.append(Problem(("trainer.default_local_dir",), f"{folder!r} is inside the container and dies with it: "
+                                                           f"with --max-restarts put checkpoints on {need} (--mount)"))
+        return out
+    under = [(t, same) for t, same in mounts if folder == t or folder.startswith(t.rstrip("/") + "/")]
+    if not under or (megatron and not any(same for _, same in under)):
+        out.append(Problem(("trainer.default_local_dir",), f"{folder} is not on {need}: a restart could not "
+                                                           "resume from it (add --mount SRC:DIR)"))
+    return out
 
 
 def _cluster_rules(get, dapo: bool, nodes: int | None, npus: int | None) -> list[Problem]:
@@ -349,4 +384,88 @@ def _cluster_rules(get, dapo: bool, nodes: int | None, npus: int | None) -> list
                                f"{response}) / ulysses sp {sp_} = {(prompt + response) // sp_}"))
     if not dapo and get("algorithm.filter_groups") is not None:
         out.append(Problem(("algorithm.filter_groups",), "filter_groups needs the DAPO entrypoint"))
+    return out
+
+
+_LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def verl_rules(get, nodes: int | None, npus: int | None) -> list[Problem]:
+    """The pinned verl's own start-up checks that depend only on the config and the cluster's
+    size (docs/research/verl-startup-and-ray.md §2-3, ids A*/W* there), verl's words quoted:
+    RayPPOTrainer._validate_config (796871d ray_trainer.py:387-500; 65eb019 utils/config.py:74-201),
+    the actor's config dataclass (workers/config/actor.py), the FSDP worker's normalisation
+    (fsdp_workers.py) and the rollout's tensor parallel size. Where the two commits differ
+    (A3: 65eb019 skips it with use_dynamic_bsz) the stricter 796871d rule is kept."""
+    out = []
+    nnodes, per_node = get("trainer.nnodes"), get("trainer.n_gpus_per_node")
+    if not (isinstance(nnodes, int) and isinstance(per_node, int)) or nnodes * per_node <= 0:
+        return out
+    world = nnodes * per_node
+    a = "actor_rollout_ref.actor."
+    dynamic = bool(get(a + "use_dynamic_bsz"))
+    batch, n, mini = get("data.train_batch_size"), get("actor_rollout_ref.rollout.n"), get(a + "ppo_mini_batch_size")
+    micro, micro_gpu = get(a + "ppo_micro_batch_size"), get(a + "ppo_micro_batch_size_per_gpu")
+    sp = get(a + "ulysses_sequence_parallel_size") or 1
+    ints = all(isinstance(x, int) for x in (batch, n, mini))
+
+    def say(keys, text):
+        out.append(Problem(tuple(keys), f"verl rejects this at start-up: {text}"))
+
+    if get("actor_rollout_ref.hybrid_engine") is False:  # A1
+        say(["actor_rollout_ref.hybrid_engine"], "Currently, only support hybrid engine")
+    strategy = get(a + "strategy")
+    if ints and strategy in ("fsdp", "fsdp2") and (batch * n) % world:  # A3
+        say(["data.train_batch_size", "actor_rollout_ref.rollout.n"],
+            f"real_train_batch_size ({batch * n}) must be divisible by minimal possible batch size ({world})")
+    if not dynamic:
+        if micro is not None and micro_gpu is not None:  # A5
+            say([a + "ppo_micro_batch_size"], "[actor] You have set both 'actor.ppo_micro_batch_size' AND "
+                "'actor.ppo_micro_batch_size_per_gpu'. Please remove 'actor.ppo_micro_batch_size' because only "
+                "'*_ppo_micro_batch_size_per_gpu' is supported (the former is deprecated).")
+        if micro is None and micro_gpu is None:  # A6
+            say([a + "ppo_micro_batch_size_per_gpu"], "[actor] Please set at least one of 'actor.ppo_micro_batch_size' "
+                "or 'actor.ppo_micro_batch_size_per_gpu' if use_dynamic_bsz is not enabled.")
+        if ints and batch < mini:  # A8
+            say(["data.train_batch_size", a + "ppo_mini_batch_size"],
+                f"train_batch_size ({batch}) must be >= actor.ppo_mini_batch_size ({mini})")
+        for part in ("actor_rollout_ref.rollout", "actor_rollout_ref.ref"):  # A14, A15
+            if part.endswith("ref") and not (get(a + "use_kl_loss") or get("algorithm.use_kl_in_reward")):
+                continue
+            one, per = get(f"{part}.log_prob_micro_batch_size"), get(f"{part}.log_prob_micro_batch_size_per_gpu")
+            if one is None and per is None:
+                say([f"{part}.log_prob_micro_batch_size_per_gpu"], f"[{part}] Please set at least one of "
+                    f"'{part}.log_prob_micro_batch_size' or '{part}.log_prob_micro_batch_size_per_gpu'.")
+            elif one is not None and per is not None:
+                say([f"{part}.log_prob_micro_batch_size"], f"[{part}] You have set both '{part}.log_prob_micro_batch_size' "
+                    f"AND '{part}.log_prob_micro_batch_size_per_gpu'. Please remove '{part}.log_prob_micro_batch_size' "
+                    "because only '*_log_prob_micro_batch_size_per_gpu' is supported (the former is deprecated).")
+        # W1, W2: the FSDP worker normalises the mini batch per data-parallel rank
+        if ints and isinstance(sp, int) and sp > 0 and world % sp == 0 and strategy in ("fsdp", "fsdp2"):
+            norm = mini * n // (world // sp)
+            if norm <= 0:
+                say([a + "ppo_mini_batch_size"], f"ppo_mini_batch_size {norm} should be larger than 0 after normalization")
+            else:
+                per_gpu = micro_gpu if micro_gpu is not None else (micro // (world // sp) if isinstance(micro, int) else None)
+                if isinstance(per_gpu, int) and per_gpu > 0 and norm % per_gpu:
+                    say([a + "ppo_micro_batch_size_per_gpu"], f"normalized ppo_mini_batch_size {norm} should be "
+                        f"divisible by ppo_micro_batch_size_per_gpu {per_gpu}")
+    mode = get(a + "loss_agg_mode")
+    if mode is not None and mode not in _LOSS_AGG:  # A7
+        say([a + "loss_agg_mode"], f"Invalid loss_agg_mode: {mode}")
+    if isinstance(sp, int) and sp > 1 and strategy in ("fsdp", "fsdp2") and not get("actor_rollout_ref.model.use_remove_padding"):
+        say([a + "ulysses_sequence_parallel_size", "actor_rollout_ref.model.use_remove_padding"],  # A11
+            "When using sequence parallelism for actor/ref policy, you must enable `use_remove_padding`.")
+    warmup = get(a + "optim.warmup_style")
+    if warmup is not None and warmup not in ("constant", "cosine"):  # A12
+        say([a + "optim.warmup_style"], f"warmup_style {warmup!r}: AssertionError in the actor's optimizer config "
+            "(constant or cosine)")
+    if get("actor_rollout_ref.rollout.val_kwargs.do_sample"):  # A22
+        temp = get("actor_rollout_ref.rollout.temperature")
+        if isinstance(temp, (int, float)) and not temp > 0:
+            say(["actor_rollout_ref.rollout.val_kwargs.do_sample", "actor_rollout_ref.rollout.temperature"],
+                "validation gen temperature should be greater than 0 when enabling do_sample")
+    tp = get("actor_rollout_ref.rollout.tensor_model_parallel_size")
+    if isinstance(tp, int) and tp > 0 and world % tp:  # W7
+        say(["actor_rollout_ref.rollout.tensor_model_parallel_size"], f"rollout world_size: {world} is not divisible by infer_tp: {tp}")
     return out
