@@ -4,6 +4,8 @@ nodes are connected; `rlbox validate` runs the first half alone."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rlbox.cluster import jobs
 from rlbox.cluster.plan import RunPlan
 from rlbox.cluster.preflight import doctor as doctor_mod
@@ -87,8 +89,10 @@ def tree_for_validation(*, image: str | None, verl_version: str | None, verl_con
     ref = image or (m.for_hardware(recipe.release, recipe.hardware).ref if recipe else None)
     if not ref:
         raise RlboxError("validate: say which verl: --image, --verl-version or --verl-config")
-    target, _ = m.image_for(ref)
-    return validate.from_image(client_factory(), target)
+    target, variant = m.image_for(ref)
+    tree = validate.from_image(client_factory(), target)
+    pin = next((c.spec.commit for c in variant.components if c.name == "verl"), None) if variant else None
+    return tree if tree.commit or not pin else replace(tree, commit=pin)  # the release's verl: its rules
 
 
 def validate_plan(plan: RunPlan, argv: list[str], tree, warn) -> str:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlbox.cluster.preflight import verl_rules
+from rlbox.cluster.preflight.verl_rules import Problem
 from rlbox.core.errors import RlboxError, nearest
 
 CACHE = Path(os.environ.get("RLBOX_CACHE", Path.home() / ".cache" / "rlbox"))
@@ -34,6 +36,7 @@ class VerlTree:
 
     root: Path
     origin: str
+    commit: str | None = None  # the verl commit, when known (an rlbox image's label, the release's pin)
 
     @property
     def trainer_config(self) -> Path:
@@ -90,8 +93,10 @@ def from_image(client, image: str) -> VerlTree:
     except ImageNotFound:
         raise RlboxError(f"image {image} is not on this engine; pull it first or pass --verl-version") from None
     dest = CACHE / "verl" / f"image-{img.id.split(':')[-1][:16]}"
+    pin = (getattr(img, "labels", None) or {}).get("io.rlbox.component.verl", "")  # git+URL@COMMIT on rlbox's images
+    commit = pin.rpartition("@")[2] or None
     if (dest / "verl" / "trainer" / "config").is_dir():
-        return VerlTree(dest, f"verl in {image}")
+        return VerlTree(dest, f"verl in {image}", commit)
     try:  # through the image's own entrypoint: it activates the environment python3 lives in
         out = client.containers.run(image, ["python3", "-c", _FIND_VERL], remove=True, network_mode="none")
     except ContainerError as err:
@@ -120,7 +125,7 @@ def from_image(client, image: str) -> VerlTree:
         raise RlboxError(f"image {image}: verl at {root} has no trainer/config")
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
-    return VerlTree(dest, f"verl in {image}")
+    return VerlTree(dest, f"verl in {image}", commit)
 
 
 def _extract(tar: tarfile.TarFile, target: Path) -> None:
@@ -219,15 +224,6 @@ def _keys(node, prefix="") -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True)
-class Problem:
-    keys: tuple[str, ...]
-    message: str
-
-    def __str__(self) -> str:
-        return f"{', '.join(self.keys)}: {self.message}"
-
-
 def _parse_overrides(overrides: list[str]):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -320,7 +316,7 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
             return None
 
     problems += _cluster_rules(get, dapo, nodes, npus)
-    problems += verl_rules(get, nodes, npus)
+    problems += verl_rules.check(get, verl_rules.pinned(tree.commit, known), entry.module)
     problems += restart_rules(get, restarts, mounts)
     return problems
 
@@ -384,88 +380,4 @@ def _cluster_rules(get, dapo: bool, nodes: int | None, npus: int | None) -> list
                                f"{response}) / ulysses sp {sp_} = {(prompt + response) // sp_}"))
     if not dapo and get("algorithm.filter_groups") is not None:
         out.append(Problem(("algorithm.filter_groups",), "filter_groups needs the DAPO entrypoint"))
-    return out
-
-
-_LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-
-
-def verl_rules(get, nodes: int | None, npus: int | None) -> list[Problem]:
-    """The pinned verl's own start-up checks that depend only on the config and the cluster's
-    size (docs/research/verl-startup-and-ray.md §2-3, ids A*/W* there), verl's words quoted:
-    RayPPOTrainer._validate_config (796871d ray_trainer.py:387-500; 65eb019 utils/config.py:74-201),
-    the actor's config dataclass (workers/config/actor.py), the FSDP worker's normalisation
-    (fsdp_workers.py) and the rollout's tensor parallel size. Where the two commits differ
-    (A3: 65eb019 skips it with use_dynamic_bsz) the stricter 796871d rule is kept."""
-    out = []
-    nnodes, per_node = get("trainer.nnodes"), get("trainer.n_gpus_per_node")
-    if not (isinstance(nnodes, int) and isinstance(per_node, int)) or nnodes * per_node <= 0:
-        return out
-    world = nnodes * per_node
-    a = "actor_rollout_ref.actor."
-    dynamic = bool(get(a + "use_dynamic_bsz"))
-    batch, n, mini = get("data.train_batch_size"), get("actor_rollout_ref.rollout.n"), get(a + "ppo_mini_batch_size")
-    micro, micro_gpu = get(a + "ppo_micro_batch_size"), get(a + "ppo_micro_batch_size_per_gpu")
-    sp = get(a + "ulysses_sequence_parallel_size") or 1
-    ints = all(isinstance(x, int) for x in (batch, n, mini))
-
-    def say(keys, text):
-        out.append(Problem(tuple(keys), f"verl rejects this at start-up: {text}"))
-
-    if get("actor_rollout_ref.hybrid_engine") is False:  # A1
-        say(["actor_rollout_ref.hybrid_engine"], "Currently, only support hybrid engine")
-    strategy = get(a + "strategy")
-    if ints and strategy in ("fsdp", "fsdp2") and (batch * n) % world:  # A3
-        say(["data.train_batch_size", "actor_rollout_ref.rollout.n"],
-            f"real_train_batch_size ({batch * n}) must be divisible by minimal possible batch size ({world})")
-    if not dynamic:
-        if micro is not None and micro_gpu is not None:  # A5
-            say([a + "ppo_micro_batch_size"], "[actor] You have set both 'actor.ppo_micro_batch_size' AND "
-                "'actor.ppo_micro_batch_size_per_gpu'. Please remove 'actor.ppo_micro_batch_size' because only "
-                "'*_ppo_micro_batch_size_per_gpu' is supported (the former is deprecated).")
-        if micro is None and micro_gpu is None:  # A6
-            say([a + "ppo_micro_batch_size_per_gpu"], "[actor] Please set at least one of 'actor.ppo_micro_batch_size' "
-                "or 'actor.ppo_micro_batch_size_per_gpu' if use_dynamic_bsz is not enabled.")
-        if ints and batch < mini:  # A8
-            say(["data.train_batch_size", a + "ppo_mini_batch_size"],
-                f"train_batch_size ({batch}) must be >= actor.ppo_mini_batch_size ({mini})")
-        for part in ("actor_rollout_ref.rollout", "actor_rollout_ref.ref"):  # A14, A15
-            if part.endswith("ref") and not (get(a + "use_kl_loss") or get("algorithm.use_kl_in_reward")):
-                continue
-            one, per = get(f"{part}.log_prob_micro_batch_size"), get(f"{part}.log_prob_micro_batch_size_per_gpu")
-            if one is None and per is None:
-                say([f"{part}.log_prob_micro_batch_size_per_gpu"], f"[{part}] Please set at least one of "
-                    f"'{part}.log_prob_micro_batch_size' or '{part}.log_prob_micro_batch_size_per_gpu'.")
-            elif one is not None and per is not None:
-                say([f"{part}.log_prob_micro_batch_size"], f"[{part}] You have set both '{part}.log_prob_micro_batch_size' "
-                    f"AND '{part}.log_prob_micro_batch_size_per_gpu'. Please remove '{part}.log_prob_micro_batch_size' "
-                    "because only '*_log_prob_micro_batch_size_per_gpu' is supported (the former is deprecated).")
-        # W1, W2: the FSDP worker normalises the mini batch per data-parallel rank
-        if ints and isinstance(sp, int) and sp > 0 and world % sp == 0 and strategy in ("fsdp", "fsdp2"):
-            norm = mini * n // (world // sp)
-            if norm <= 0:
-                say([a + "ppo_mini_batch_size"], f"ppo_mini_batch_size {norm} should be larger than 0 after normalization")
-            else:
-                per_gpu = micro_gpu if micro_gpu is not None else (micro // (world // sp) if isinstance(micro, int) else None)
-                if isinstance(per_gpu, int) and per_gpu > 0 and norm % per_gpu:
-                    say([a + "ppo_micro_batch_size_per_gpu"], f"normalized ppo_mini_batch_size {norm} should be "
-                        f"divisible by ppo_micro_batch_size_per_gpu {per_gpu}")
-    mode = get(a + "loss_agg_mode")
-    if mode is not None and mode not in _LOSS_AGG:  # A7
-        say([a + "loss_agg_mode"], f"Invalid loss_agg_mode: {mode}")
-    if isinstance(sp, int) and sp > 1 and strategy in ("fsdp", "fsdp2") and not get("actor_rollout_ref.model.use_remove_padding"):
-        say([a + "ulysses_sequence_parallel_size", "actor_rollout_ref.model.use_remove_padding"],  # A11
-            "When using sequence parallelism for actor/ref policy, you must enable `use_remove_padding`.")
-    warmup = get(a + "optim.warmup_style")
-    if warmup is not None and warmup not in ("constant", "cosine"):  # A12
-        say([a + "optim.warmup_style"], f"warmup_style {warmup!r}: AssertionError in the actor's optimizer config "
-            "(constant or cosine)")
-    if get("actor_rollout_ref.rollout.val_kwargs.do_sample"):  # A22
-        temp = get("actor_rollout_ref.rollout.temperature")
-        if isinstance(temp, (int, float)) and not temp > 0:
-            say(["actor_rollout_ref.rollout.val_kwargs.do_sample", "actor_rollout_ref.rollout.temperature"],
-                "validation gen temperature should be greater than 0 when enabling do_sample")
-    tp = get("actor_rollout_ref.rollout.tensor_model_parallel_size")
-    if isinstance(tp, int) and tp > 0 and world % tp:  # W7
-        say(["actor_rollout_ref.rollout.tensor_model_parallel_size"], f"rollout world_size: {world} is not divisible by infer_tp: {tp}")
     return out
