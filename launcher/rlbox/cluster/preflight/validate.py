@@ -205,7 +205,7 @@ def compose(entry: Entry, overrides: list[str]):
         return hydra_compose(config_name=entry.config_name, overrides=[*extra, *overrides])
 
 
-def _keys(node, prefix="") -> dict[str, Any]:
+def all_keys(node, prefix="") -> dict[str, Any]:
     """Every dotted key of a config, with its default (containers included)."""
     from omegaconf import DictConfig
 
@@ -220,7 +220,7 @@ def _keys(node, prefix="") -> dict[str, Any]:
             out[path] = value
             child = node._get_node(k)
             if isinstance(child, DictConfig):
-                out.update(_keys(child, path))
+                out.update(all_keys(child, path))
     return out
 
 
@@ -278,7 +278,7 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
         base = compose(entry, [o for o in overrides if "/" in o.split("=", 1)[0]])  # config groups first
     except (HydraException, OmegaConfBaseException) as err:
         return [Problem(("config groups",), " ".join(str(err).split())[:300])]
-    known = _keys(base)
+    known = all_keys(base)
     dapo = entry.module.startswith("recipe.dapo")
     good = []
     for text, ov in zip(overrides, parsed):
