@@ -134,7 +134,7 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
     nnodes x n_gpus_per_node equals the cluster's NPUs, rollout TP divides NPUs per node,
     ulysses SP divides the NPU count, train_batch_size divisible by ppo_mini_batch_size,
     ppo_max_token_len_per_gpu holds one sequence, trainer.device=npu, filter_groups only with DAPO;
-    every start-up check of the pinned verl's trainer; with restarts, that they can resume
+    every start-up check of the pinned verl, as that verl commit makes it; with restarts, that they can resume
     (trainer.save_freq > 0, checkpoints on a mount every node has).
     """
     plan, rec = launch.plan_for_validation(hosts=hosts, cluster_file=cluster_file, nodes=nodes, devices=devices,
