@@ -22,7 +22,7 @@ help:
 	@echo "make image REF=RELEASE:VARIANT    build one variant of the matrix (BUILD_FLAGS=... rlbox build options; CI uses it)"
 	@echo "make image-a2|image-a3|image-ax   build $(FLAGSHIP) for that hardware (BUILD_FLAGS=...)"
 	@echo "make rehearse-image REF=RELEASE:VARIANT [MIRRORS=DIR]   real-content build on a CANN stand-in base + checks"
-	@echo "make bench         benchmarks under bench/ (image rebuild, cluster bring-up, pre-flight)"
+	@echo "make bench         benchmarks under bench/ (image rebuild, cluster bring-up, pre-flight, node loss, log follow)"
 
 setup:
 	bash .ci/provision
@@ -73,3 +73,5 @@ bench: sim-image
 	$(PYTHON) bench/build_cache.py
 	$(PYTHON) bench/bringup.py
 	$(PYTHON) bench/preflight.py
+	$(PYTHON) bench/node_loss.py
+	$(PYTHON) bench/log_follow.py

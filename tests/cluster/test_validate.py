@@ -90,9 +90,12 @@ def test_broken_overrides_are_caught(verl050, case, argv, expected):
 
 
 def test_dapo_entry_composes_with_trainer_config_on_the_search_path(verl_source):
-    ok = validate.check(verl_source, DAPO + CLUSTER + ["algorithm.filter_groups.enable=True", "data.gen_batch_size=96"], 4, 16)
+    micro = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",  # verl refuses a config without them
+             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+             "algorithm.adv_estimator=grpo"]  # gae would bring in the critic, whose micro batch verl wants too
+    ok = validate.check(verl_source, DAPO + CLUSTER + micro + ["algorithm.filter_groups.enable=True", "data.gen_batch_size=96"], 4, 16)
     assert ok == []
-    problems = [str(p) for p in validate.check(verl_source, DAPO + CLUSTER + ["alogorithm.filter_groups.enable=True"], 4, 16)]
+    problems = [str(p) for p in validate.check(verl_source, DAPO + CLUSTER + micro + ["alogorithm.filter_groups.enable=True"], 4, 16)]
     assert problems == ["alogorithm.filter_groups.enable: unknown key in dapo_trainer; did you mean "
                         "algorithm.filter_groups.enable? (a new key needs a leading +)"]
 

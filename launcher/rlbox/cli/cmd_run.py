@@ -44,6 +44,10 @@ from rlbox.training import triage
 @click.option("--timeout", type=SECONDS, default=300, show_default=True, help="Seconds to wait for every NPU to join.")
 @click.option("--detach", is_flag=True, help="Return once the job is submitted; follow with `rlbox logs -f`, end with `rlbox stop`.")
 @click.option("--keep", is_flag=True, help="Keep the cluster up after the job ends (remove it with `rlbox stop`).")
+@click.option("--max-restarts", type=click.IntRange(min=0), metavar="N",
+              help="On a lost node or a retryable failure (triage), tear down, re-check every node, bring the cluster "
+                   "up again and resubmit the job (verl: trainer.resume_mode=auto), up to N times "
+                   "(default: the recipe's, else 0).")
 @click.option("--dry-run", is_flag=True, help="Print per node the exact docker run, the Ray command and the job; touch no host.")
 @click.option("--sim-driver", help="Driver version the simulated hosts report (default: the image's minimum).")
 @click.option("--num-cpus", "cpus", type=click.IntRange(0, 4096), help="CPUs each node offers to Ray (default: Ray detects).")
@@ -56,12 +60,14 @@ from rlbox.training import triage
 @RUNS_DIR
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, envs, privileged, name, replace,
-            recipe, params, sets, smoke_test, timeout, detach, keep, dry_run, sim_driver, cpus, nofile, verl_version,
-            verl_config, no_validate, no_doctor, runs_dir, command):
+            recipe, params, sets, smoke_test, timeout, detach, keep, max_restarts, dry_run, sim_driver, cpus, nofile,
+            verl_version, verl_config, no_validate, no_doctor, runs_dir, command):
     """Start the training container on every node, bring up Ray, run the job, tear down.
 
     A job that fails is triaged first (`rlbox triage`): the nodes' CANN and Ray logs are
-    collected into runs/NAME/triage/ and matched against known failures.
+    collected into runs/NAME/triage/ and matched against known failures. While the job runs
+    every node is watched (its container, Ray's node table): a lost node or head is named
+    within seconds and the run fails and is cleaned up, or restarts (--max-restarts).
 
     \b
     rlbox run --sim --nodes 4 --hardware a3 --smoke-test
@@ -73,7 +79,7 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
         hosts=hosts, cluster_file=cluster_file, nodes=nodes, sim=sim, image=image, hardware=hardware,
         devices=devices, mounts=list(mounts), nic=nic, env=list(envs), privileged=privileged, name=name,
         recipe=recipe, params=list(params), sets=list(sets), smoke_test=smoke_test, command=list(command),
-        runs_dir=runs_dir, sim_driver=sim_driver, cpus=cpus, nofile=nofile, dry_run=dry_run,
+        runs_dir=runs_dir, sim_driver=sim_driver, cpus=cpus, nofile=nofile, dry_run=dry_run, max_restarts=max_restarts,
     )
     plan, run_dir = launch.prepare(req)
     if dry_run:
@@ -98,9 +104,11 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
                                job_env=dict(plan.job.env) if plan.job else {})
         for line in triage.render(report):
             err.print(line, markup=False, highlight=False)
+        return triage.retryable(report)
 
     outcome = execute.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
-                              detach=detach, keep=keep, before=before, on_failure=triage_after_failure)
+                              detach=detach, keep=keep, before=before, on_failure=triage_after_failure,
+                              max_restarts=plan.max_restarts)
     if outcome.exit_code:
         raise RlboxError(f"job of run '{name}' {outcome.status} with exit code {outcome.exit_code}; log: {outcome.log_path}",
                          exit_code=outcome.exit_code)
@@ -118,18 +126,23 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
 @click.option("--recipe", help="A shipped recipe.")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Mounts the run will have (where checkpoints go).")
+@click.option("--max-restarts", type=click.IntRange(min=0), metavar="N", help="Restarts the run will allow (default: the recipe's).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_version, verl_config, recipe, params, sets, command):
+def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_version, verl_config, recipe, params, sets,
+                 mounts, max_restarts, command):
     """Compose a verl job's Hydra config with the verl that will run and check it.
 
     Unknown keys (with the nearest real key), values of the wrong type, and cluster rules:
     nnodes x n_gpus_per_node equals the cluster's NPUs, rollout TP divides NPUs per node,
     ulysses SP divides the NPU count, train_batch_size divisible by ppo_mini_batch_size,
-    ppo_max_token_len_per_gpu holds one sequence, trainer.device=npu, filter_groups only with DAPO.
+    ppo_max_token_len_per_gpu holds one sequence, trainer.device=npu, filter_groups only with DAPO;
+    every start-up check of the pinned verl, as that verl commit makes it; with restarts, that they can resume
+    (trainer.save_freq > 0, checkpoints on a mount every node has).
     """
     plan, rec = launch.plan_for_validation(hosts=hosts, cluster_file=cluster_file, nodes=nodes, devices=devices,
                                            hardware=hardware, recipe=recipe, params=list(params), sets=list(sets),
-                                           command=list(command))
+                                           command=list(command), mounts=list(mounts), max_restarts=max_restarts)
     argv = checks.verl_argv(plan)
     tree = checks.tree_for_validation(image=image, verl_version=verl_version, verl_config=verl_config,
                                       recipe=rec, client_factory=engine.local_client)

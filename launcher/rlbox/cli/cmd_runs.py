@@ -41,7 +41,8 @@ def status_cmd(name, runs_dir, as_json):
         for n in nodes:
             n.close()
     if as_json:
-        click.echo(json.dumps({"run": name, "phase": state.phase_name, "nodes": rows, "job": job}, indent=2))
+        click.echo(json.dumps({"run": name, "phase": state.phase_name, "nodes": rows, "job": job,
+                               "lost": state.lost, "restarts": list(state.restarts or ())}, indent=2))
         return
     table = Table("NODE", "HOST", "ROLE", "NPUS", "CONTAINER", "STATE", box=None)
     for r in rows:
@@ -52,6 +53,10 @@ def status_cmd(name, runs_dir, as_json):
         out.print(f"job {job.get('submission_id')}: {job.get('status')}  {job.get('message') or ''}")
     elif state.status:
         out.print(f"job: {state.status} (exit {state.exit_code})")
+    if state.lost:
+        out.print(f"lost: {state.lost}", markup=False)
+    for line in state.restart_lines():
+        out.print(line, markup=False)
 
 
 @click.command("logs")

@@ -16,11 +16,12 @@ from rlbox.cluster import jobs
 from rlbox.cluster import ray
 from rlbox.cluster import sharing
 from rlbox.cluster import sim
+from rlbox.cluster import watch
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.hosts import Node, connect_all, on_every
 from rlbox.cluster.plan import LABEL_RUN, NodePlan, RunPlan
-from rlbox.cluster.state import STATE_FILE, Phase, RunState
+from rlbox.cluster.state import STATE_FILE, Phase, RunState, restart_line
 
 Echo = Callable[[str], None]
 
@@ -201,19 +202,24 @@ def execute(
     detach: bool = False,
     keep: bool = False,
     bring_up_only: bool = False,
+    max_restarts: int = 0,
     before: Callable[[list[Node]], None] | None = None,
-    on_failure: Callable[[list[Node], Path], None] | None = None,
+    on_failure: Callable[[list[Node], Path], str | None] | None = None,
 ) -> Outcome:
-    """Carry out the plan. Tears everything down on failure, Ctrl-C, SIGTERM, or at the end."""
+    """Carry out the plan. Tears everything down on failure, Ctrl-C, SIGTERM, or at the end.
+
+    While the job runs every node is watched (watch.Watch); a lost node ends the run naming it,
+    or, with ``max_restarts``, the cluster is torn down, checked (``before``) and brought up
+    again and the job resubmitted (jobs.for_restart); so is a failed job whose triage
+    (``on_failure``) returns a retryable cause."""
     state_file = run_dir / STATE_FILE
-    record = RunState(plan.as_dict(), Phase.STARTING)
+    run = _Run(plan, RunState(plan.as_dict(), Phase.STARTING), state_file)
     log_path = run_dir / f"{plan.run_id}.log"
     started = time.monotonic()
     nodes = connect_all(tuple(n.host for n in plan.nodes))
     cluster = Cluster(plan, nodes, echo)
     cleanup = False  # nothing of ours exists until preflight has passed
-    submission = None
-    client = None
+    client = submission = None
     try:
         with engine.sigterm_as_interrupt():
             try:
@@ -230,47 +236,58 @@ def execute(
                     _drop_name(plan, nodes)
                     raise
                 cleanup = True
-                record.save(state_file)
-                cluster.start()
-                cluster.connect_dashboard()
-                cluster.wait_ready(timeout)
-                ready = time.monotonic() - started
-                echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
-                record = record.advance(Phase.READY, ready_seconds=round(ready, 2), log=str(log_path))
-                record.save(state_file)
-                if bring_up_only or plan.job is None:
-                    cleanup = not keep
-                    return Outcome(0, "READY", ready, None)
-                client = jobs.JobsClient(cluster.dashboard)
-                submission = client.submit(plan.job)
-                echo(f"job {submission} submitted; log: {log_path}")
-                record = record.advance(Phase.RUNNING, submission_id=submission)
-                record.save(state_file)
-                if detach:
-                    cleanup = False
-                    return Outcome(0, "RUNNING", ready, log_path)
-                log_path.parent.mkdir(parents=True, exist_ok=True)
-                with log_path.open("w", encoding="utf-8") as log:
-                    def both(text: str) -> None:
-                        log.write(text)
-                        log.flush()
-                        emit(text)
-                    try:
-                        info = client.follow(submission, both)
-                    except jobs.LostContact as lost:
+                run.save()
+                job, attempt = plan.job, 0
+                while True:
+                    cluster.start()
+                    cluster.connect_dashboard()
+                    cluster.wait_ready(timeout)
+                    ready = time.monotonic() - started
+                    echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
+                    run.advance(Phase.READY, ready_seconds=round(ready, 2), log=str(log_path))
+                    if bring_up_only or job is None:
+                        cleanup = not keep
+                        return Outcome(0, "READY", ready, None)
+                    client = jobs.JobsClient(cluster.dashboard)
+                    submission = client.submit(job)
+                    echo(f"job {submission} submitted; log: {log_path}")
+                    run.advance(Phase.RUNNING, submission_id=submission)
+                    if detach:
                         cleanup = False
-                        raise RlboxError(f"{lost}; the cluster is left running: follow with `rlbox logs -f --name {plan.run}`, "
-                                         f"end with `rlbox stop --name {plan.run}`") from None
-                code = jobs.exit_code(info)
-                status = info.get("status", "UNKNOWN")
-                echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))
-                record = record.advance(Phase.FINISHED, status=status, exit_code=code)
-                record.save(state_file)
-                if status == "FAILED" and on_failure is not None:  # while the containers still exist
-                    guarded(on_failure, nodes, log_path, echo=echo)
-                cleanup = not keep
-                return Outcome(code, status, ready, log_path)
+                        return Outcome(0, "RUNNING", ready, log_path)
+                    try:
+                        info = _follow(client, submission, cluster, log_path, emit, run, echo, append=attempt > 0)
+                    except watch.NodeLost as lost:
+                        cause = str(lost)
+                        echo(f"lost: {cause}")
+                        if attempt >= max_restarts:
+                            run.advance(Phase.FINISHED, status="NODE_LOST", exit_code=1, lost=cause)
+                            raise RlboxError(f"run '{plan.run}' failed: {cause}"
+                                             + (f" (after {attempt} restart(s))" if attempt else "")
+                                             + "; every node was cleaned up") from None
+                    else:
+                        code = jobs.exit_code(info)
+                        status = info.get("status", "UNKNOWN")
+                        echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))
+                        run.advance(Phase.FINISHED, status=status, exit_code=code)
+                        cause = None
+                        if status == "FAILED" and on_failure is not None:  # while the containers still exist
+                            cause = guarded(on_failure, nodes, log_path, echo=echo)
+                        if cause is None or attempt >= max_restarts:
+                            if cause is not None:
+                                echo(f"no restart left ({attempt}/{max_restarts} used) for: {cause}")
+                            cleanup = not keep
+                            return Outcome(code, status, ready, log_path)
+                    attempt += 1
+                    job = jobs.for_restart(plan.job, attempt)
+                    client = submission = None
+                    run.restart(attempt, max_restarts, cause, echo)
+                    remove_run(nodes, plan.run, plan.network.name if plan.network else None)
+                    if before is not None:  # the pre-flight checks again, on every node
+                        before(nodes)
+                    started = time.monotonic()
             except KeyboardInterrupt:
+                engine.ignore_interrupts()
                 echo("interrupted: stopping the job and tearing down every node")
                 if client and submission:
                     try:
@@ -279,22 +296,80 @@ def execute(
                         pass
                 raise RlboxError("interrupted; every node was cleaned up", exit_code=130) from None
     finally:
-        if cleanup:
-            cluster.teardown()
-            if state_file.exists():
-                record.advance(Phase.REMOVED).save(state_file)
-        else:
-            for node in nodes:
-                node.close()
+        with engine.shielded():
+            if cleanup:
+                cluster.teardown()
+                if state_file.exists():
+                    run.advance(Phase.REMOVED)
+            else:
+                for node in nodes:
+                    node.close()
 
 
-def guarded(hook: Callable[[list[Node], Path], None], nodes: list[Node], log_path: Path, *, echo: Echo) -> None:
+@dataclass
+class _Run:
+    """The run's record as it changes (saved at every change)."""
+
+    plan: RunPlan
+    record: RunState
+    path: Path
+
+    def save(self) -> None:
+        self.record.save(self.path)
+
+    def advance(self, phase: Phase, **changes) -> None:
+        self.record = self.record.advance(phase, **changes)
+        self.save()
+
+    def restart(self, attempt: int, of: int, cause: str, echo: Echo) -> None:
+        entry = {"attempt": attempt, "of": of, "cause": cause, "resumed_step": None}
+        self.advance(Phase.RESTARTING, restarts=(*(self.record.restarts or ()), entry), status=None, exit_code=None)
+        echo(restart_line(entry) + ": tearing down, checking every node, bringing the cluster up again")
+
+    def resumed(self, step: int, echo: Echo) -> None:
+        restarts = list(self.record.restarts or ())
+        if restarts and restarts[-1].get("resumed_step") is None:
+            restarts[-1] = restarts[-1] | {"resumed_step": step}
+            self.advance(self.record.phase, restarts=tuple(restarts))
+            echo(restart_line(restarts[-1]))
+
+
+def _follow(client: jobs.JobsClient, submission: str, cluster: Cluster, log_path: Path, emit: Echo, run: _Run,
+            echo: Echo, *, append: bool) -> dict:
+    """Stream the job's log to the terminal and the log file while watching every node."""
+    watcher = watch.Watch(cluster.plan, cluster.nodes, cluster.dashboard)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    looking = [append]  # after a restart: until verl says the step it resumed from
+    with log_path.open("a" if append else "w", encoding="utf-8") as log:
+        def both(text: str) -> None:
+            log.write(text)
+            log.flush()
+            emit(text)
+            if looking[0]:
+                step = jobs.resumed_step(text)
+                if step is not None:
+                    looking[0] = False
+                    run.resumed(step, echo)
+
+        try:
+            return client.follow(submission, both, tick=watcher.check)
+        except jobs.LostContact as lost:
+            watcher.check(force=True)  # a lost head is named as such
+            raise RlboxError(f"{lost}; every node was cleaned up") from None
+
+
+def guarded(hook: Callable[[list[Node], Path], str | None], nodes: list[Node], log_path: Path, *,
+            echo: Echo) -> str | None:
     """Run a post-failure hook (the triage) so that nothing it does, fails or is interrupted
-    with, changes what follows: the job's exit code and the teardown. A failure is one line."""
+    with, changes what follows: the job's exit code and the teardown. A failure is one line.
+    What it returns (a retryable cause, or None) is passed on."""
     try:
-        hook(nodes, log_path)
+        return hook(nodes, log_path)
     except KeyboardInterrupt:
+        engine.ignore_interrupts()
         echo("triage interrupted; tearing down")
+        return None
     except Exception as err:  # noqa: BLE001
         reason = " ".join(str(err).split())[:300] or type(err).__name__
         echo(f"warning: triage failed ({reason}); the job's own log: {log_path}")
+        return None

@@ -169,8 +169,14 @@ def connect(host: Host) -> Node:
 def on_every(fn, items) -> tuple[list, list[RlboxError]]:
     """``fn`` on every item at once (one thread each); results in order, and the errors, each
     an RlboxError (an unexpected exception becomes one, so no thread's failure is lost)."""
-    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
-        futures = [pool.submit(fn, item) for item in items]
+    pool = ThreadPoolExecutor(max_workers=max(1, len(items)))
+    futures = [pool.submit(fn, item) for item in items]
+    try:
+        pool.shutdown(wait=True)
+    except KeyboardInterrupt:  # let every step under way finish, so the cleanup after sees all it made
+        engine.ignore_interrupts()
+        pool.shutdown(wait=True)
+        raise
     results, errors = [], []
     for item, f in zip(items, futures):
         try:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import requests
 
@@ -116,6 +116,29 @@ def smoke_job(*, run: str, run_id: str) -> JobPlan:
                     description="rlbox smoke test: every NPU of every node visible through Ray")
 
 
+_RESUMED = re.compile(r"Setting global step to (\d+)")  # verl's trainer, _load_checkpoint, on resume
+
+
+def for_restart(job: JobPlan, attempt: int) -> JobPlan:
+    """The same job, submitted again after restart ``attempt`` (Ray wants a new submission id);
+    a verl job with ``trainer.resume_mode=auto`` (any other resume_mode replaced), so verl
+    resumes from the newest checkpoint in trainer.default_local_dir."""
+    argv = list(job.argv)
+    if is_verl(argv):
+        argv = [a for a in argv if a.lstrip("+").partition("=")[0] != "trainer.resume_mode"] + ["trainer.resume_mode=auto"]
+    command = shlex.join(argv)
+    base = job.submission_id.rsplit("-r", 1)[0] if re.search(r"-r\d+$", job.submission_id) else job.submission_id
+    return replace(job, argv=tuple(argv),
+                   entrypoint=f"cd {shlex.quote(job.working_dir)} && {command}" if job.working_dir else command,
+                   submission_id=f"{base}-r{attempt}")
+
+
+def resumed_step(text: str) -> int | None:
+    """The step verl says it resumed from (``Setting global step to N``), if ``text`` says it."""
+    found = _RESUMED.search(text)
+    return int(found.group(1)) if found else None
+
+
 # ---------------------------------------------------------------------------------------------
 class LostContact(RlboxError):
     """The dashboard stopped answering while a job was followed (the job may well go on)."""
@@ -127,6 +150,7 @@ class JobsClient:
 
     base: str
     timeout: float = 10.0
+    received: int = 0  # bytes of log text fetched by `follow` (the benchmark reads it)
 
     def _call(self, method: str, path: str, **kw) -> requests.Response:
         try:
@@ -174,40 +198,90 @@ class JobsClient:
     def stop(self, submission_id: str) -> None:
         self._call("POST", f"/api/jobs/{submission_id}/stop")
 
-    def follow(self, submission_id: str, emit: Callable[[str], None], poll: float = 0.5) -> dict:
-        """Stream new log text to ``emit`` until the job ends; return its final info."""
-        for chunk, info in self._chunks(submission_id, poll):
-            if chunk:
-                emit(chunk)
-            if info is not None:
-                return info
-        raise AssertionError("unreachable")
+    def follow(self, submission_id: str, emit: Callable[[str], None], tick: Callable[[], None] | None = None,
+               patience: float = 120.0) -> dict:
+        """Stream the job's log to ``emit`` until the job ends; return its final info.
 
-    def _chunks(self, submission_id: str, poll: float, patience: float = 120.0) -> Iterator[tuple[str, dict | None]]:
-        """New log text and, at the end, the final info. The Jobs API returns the whole log each
-        time, so polling slows down as the log grows. A dashboard that stops answering is
-        retried for ``patience`` seconds, then LostContact (the job itself may be fine)."""
+        Through Ray's ``/api/jobs/{id}/logs/tail`` WebSocket: each frame is new text, so the cost
+        is the new bytes and nothing is kept. The stream's close says nothing of the outcome, so
+        the job's info is read then; a stream that drops while the job runs is opened again and
+        the text already shown (Ray replays the log from its start) is skipped. ``tick`` runs at
+        least every half second (the node watch: it may raise). A dashboard that stops answering
+        is retried for ``patience`` seconds, then LostContact (the job itself may be fine)."""
+        watch = tick or (lambda: None)
+        raised: list[BaseException] = []
+
+        def tick() -> None:  # what the watch raises ends the following; it is no lost contact
+            try:
+                watch()
+            except BaseException as err:
+                raised.append(err)
+                raise
+
         shown = 0
         failing_since = None
         while True:
             try:
+                shown += self._tail(submission_id, emit, shown, tick)
                 info = self.info(submission_id)
-                text = self.logs(submission_id)
             except RlboxError as err:
+                if raised:
+                    raise
+                tick()
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > patience:
                     raise LostContact(f"lost contact with the job for {patience:.0f} s ({err})") from None
-                time.sleep(min(5.0, poll * 4))
+                time.sleep(1.0)
                 continue
             failing_since = None
-            if len(text) > shown:
-                yield text[shown:], None
-                shown = len(text)
             if info.get("status") in TERMINAL:
-                time.sleep(poll)  # the last lines reach the log shortly after the status
-                yield self.logs(submission_id)[shown:], info
-                return
-            time.sleep(poll if shown < 1 << 20 else min(10.0, poll * (shown >> 20)))
+                if shown == 0:  # a job that never ran a driver streams nothing: its log, if any, once
+                    emit(self.logs(submission_id))
+                return info
+            tick()
+
+    def _tail(self, submission_id: str, emit: Callable[[str], None], skip: int, tick: Callable[[], None]) -> int:
+        """One WebSocket session: emit what comes after the first ``skip`` characters, return how
+        many new characters were emitted. RlboxError when it cannot connect."""
+        import websocket
+
+        url = "ws" + self.base.removeprefix("http") + f"/api/jobs/{submission_id}/logs/tail"
+        try:
+            ws = websocket.create_connection(url, timeout=self.timeout, enable_multithread=False)
+        except websocket.WebSocketBadStatusException as err:
+            if err.status_code == 404:
+                raise RlboxError(f"job {submission_id} is not known to {self.base}") from None
+            raise RlboxError(f"Ray dashboard {self.base}: log stream refused ({err.status_code})") from None
+        except (OSError, websocket.WebSocketException) as err:
+            raise RlboxError(f"Ray dashboard {self.base} not reachable ({type(err).__name__})") from None
+        ws.settimeout(0.5)
+        seen = emitted = 0
+        try:
+            while True:
+                tick()
+                try:
+                    opcode, data = ws.recv_data(control_frame=True)
+                except websocket.WebSocketTimeoutException:
+                    continue
+                except (OSError, websocket.WebSocketException):
+                    break  # dropped: the caller asks for the job's status and may come back
+                if opcode == websocket.ABNF.OPCODE_CLOSE:
+                    break
+                if opcode != websocket.ABNF.OPCODE_TEXT:
+                    continue
+                self.received += len(data)
+                text = data.decode("utf-8", errors="replace")
+                fresh = text[max(0, skip - seen):]
+                seen += len(text)
+                if fresh:
+                    emit(fresh)
+                    emitted += len(fresh)
+        finally:
+            try:
+                ws.close(timeout=0.2)
+            except Exception:  # noqa: BLE001 - closing a stream that is gone
+                pass
+        return emitted
 
 
 def exit_code(info: dict) -> int:

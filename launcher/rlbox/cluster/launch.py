@@ -52,6 +52,7 @@ class RunRequest:
     cpus: int | None = None
     nofile: int | None = None
     dry_run: bool = False
+    max_restarts: int | None = None  # None: the recipe's default (0 without a recipe)
 
 
 def host_arch_variant() -> str:
@@ -170,6 +171,12 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
                     extra_env=env, cpus=req.cpus, nofile={h.name: nofile_for(h, req.nofile) for h in spec.hosts},
                     sim_driver=sim_driver, driver_min=driver_min or (sim_driver if req.sim else None),
                     driver_max=_driver_for(m, image, "max"))
+    restarts = req.max_restarts if req.max_restarts is not None else (recipe.max_restarts if recipe else 0)
+    if restarts < 0:
+        raise RlboxError("--max-restarts must be 0 or more")
+    if restarts and job is None:
+        raise RlboxError("--max-restarts needs a job (a command after `--`, --recipe or --smoke-test)")
+    plan = replace(plan, max_restarts=restarts)
     if req.sim and hardware not in sim.CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
     return replace(plan, image_ref=from_matrix), run_dir
@@ -208,7 +215,8 @@ def _driver_for(m: matrix.Matrix, image: str, bound: str = "min") -> str | None:
 
 def plan_for_validation(*, hosts: str | None, cluster_file: Path | None, nodes: int | None, devices: int | None,
                         hardware: str | None, recipe: str | None, params: list[str], sets: list[str],
-                        command: list[str]) -> tuple[RunPlan, recipes.Recipe | None]:
+                        command: list[str], mounts: list[str] | None = None,
+                        max_restarts: int | None = None) -> tuple[RunPlan, recipes.Recipe | None]:
     """`rlbox validate`: only the cluster's shape matters, so it is planned as a simulation of
     that many nodes (nothing is read from any host)."""
     rec = recipes.load(recipe) if recipe else None
@@ -219,6 +227,6 @@ def plan_for_validation(*, hosts: str | None, cluster_file: Path | None, nodes: 
     req = RunRequest(nodes=nodes or (rec.nodes if rec else 1), sim=True,
                      hardware=hardware if hardware not in (None, "auto") else (rec.hardware if rec else None),
                      devices=devices, recipe=recipe, params=list(params), sets=list(sets), command=list(command),
-                     dry_run=True)
+                     dry_run=True, mounts=list(mounts or ()), max_restarts=max_restarts)
     plan, _ = prepare(req)
     return plan, rec

@@ -305,6 +305,7 @@ class RunPlan:
         if self.image_ref:
             return f"build it with `rlbox build {self.image_ref}` or pull it with `rlbox pull {self.image_ref}`"
         return f"pull it with `docker pull {self.image}` (or `rlbox pull {self.image}`)"
+    max_restarts: int = 0  # times a lost node or a retryable failure restarts the cluster and the job
 
     @property
     def total_npus(self) -> int:
@@ -343,6 +344,9 @@ class RunPlan:
             lines += ["", f"# job {self.job.submission_id}, submitted to http://{self.head}:{self.ports.dashboard}/api/jobs/",
                       f"#   env: {' '.join(k + '=' + (shlex.quote(v) if len(v) < 80 else '<' + str(len(v)) + ' chars>') for k, v in self.job.env) or '-'}",
                       self.job.entrypoint]
+            if self.max_restarts:
+                lines.append(f"# on a lost node or a retryable failure: up to {self.max_restarts} restart(s), each "
+                             "re-running the pre-flight checks and resubmitting the job (verl: trainer.resume_mode=auto)")
         return "\n".join(lines) + "\n"
 
     def as_dict(self) -> dict[str, Any]:
@@ -373,6 +377,7 @@ class RunPlan:
                 for n in self.nodes
             ],
             "job": self.job.as_dict() if self.job else None,
+            "max_restarts": self.max_restarts,
         }
 
 

@@ -17,6 +17,7 @@ class RayNode:
     alive: bool
     head: bool
     npus: int
+    message: str = ""  # Ray's state_message: why a DEAD node died
 
 
 def nodes(base: str, timeout: float = 5.0) -> list[RayNode]:
@@ -30,6 +31,7 @@ def nodes(base: str, timeout: float = 5.0) -> list[RayNode]:
             alive=row.get("state") == "ALIVE",
             head=bool(row.get("is_head_node")),
             npus=int((row.get("resources_total") or {}).get("NPU", 0)),
+            message=row.get("state_message") or "",
         )
         for row in rows
     ]

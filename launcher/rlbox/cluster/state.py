@@ -24,11 +24,12 @@ class Phase(str, Enum):
     READY = "ready"  # every NPU joined Ray
     RUNNING = "running"  # the job was submitted
     FINISHED = "finished"  # the job ended (status, exit_code)
+    RESTARTING = "restarting"  # a node was lost or the job failed retryably: down, checked, up again
     REMOVED = "removed"  # the run's containers were removed
 
 
 # What the run adds to its plan (RunPlan.as_dict()); everything else in state.json is the plan.
-_OWN = ("phase", "ready_seconds", "log", "submission_id", "status", "exit_code")
+_OWN = ("phase", "ready_seconds", "log", "submission_id", "status", "exit_code", "lost", "restarts")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class RunState:
     submission_id: str | None = None
     status: str | None = None
     exit_code: int | None = None
+    lost: str | None = None  # the node lost that ended the run, as rlbox named it
+    restarts: tuple[dict[str, Any], ...] | None = None  # {attempt, of, cause, resumed_step} each
 
     # -- what readers need of the plan ------------------------------------------------------
     @property
@@ -74,6 +77,10 @@ class RunState:
         """The Ray dashboard's URL from here (hosts.Node.dashboard)."""
         return head_node.dashboard(self.plan.get("head"), self.plan["ports"]["dashboard"], bool(self.plan.get("sim")))
 
+    def restart_lines(self) -> list[str]:
+        """One line per restart, as `rlbox run` printed it (with the step verl resumed from)."""
+        return [restart_line(r) for r in self.restarts or ()]
+
     def job_log(self) -> Path | None:
         return Path(self.log) if self.log and Path(self.log).is_file() else None
 
@@ -83,6 +90,8 @@ class RunState:
 
     def as_dict(self) -> dict[str, Any]:
         own = {k: getattr(self, k) for k in _OWN if getattr(self, k) is not None}
+        if self.restarts is not None:
+            own["restarts"] = [dict(r) for r in self.restarts]
         if self.phase is not None:
             own["phase"] = self.phase.value
         return self.plan | own
@@ -95,8 +104,10 @@ class RunState:
     def from_dict(cls, data: dict[str, Any]) -> "RunState":
         phase = Phase(data["phase"]) if data.get("phase") in {p.value for p in Phase} else None
         plan = {k: v for k, v in data.items() if k not in _OWN}
+        restarts = data.get("restarts")
         return cls(plan, phase, data.get("ready_seconds"), data.get("log"), data.get("submission_id"),
-                   data.get("status"), data.get("exit_code"))
+                   data.get("status"), data.get("exit_code"), data.get("lost"),
+                   tuple(r for r in restarts if isinstance(r, dict)) if isinstance(restarts, list) else None)
 
     def save(self, path: Path) -> None:
         """Write atomically: a reader sees the old record or the new one, never half of one."""
@@ -104,6 +115,12 @@ class RunState:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.as_dict(), indent=2))
         tmp.replace(path)
+
+
+def restart_line(r: dict[str, Any]) -> str:
+    step = r.get("resumed_step")
+    resumed = f"; resumed from step {step}" if step is not None else ""
+    return f"restart {r.get('attempt')}/{r.get('of')}: {r.get('cause')}{resumed}"
 
 
 def run_dir(runs_dir: Path, name: str) -> Path:

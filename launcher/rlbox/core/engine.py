@@ -61,18 +61,47 @@ def remove_stale(client, name: str) -> None:
 
 
 def _interrupt(signum, frame):
+    ignore_interrupts()  # the first one counts: a second Ctrl-C must not break the cleanup it starts
     raise KeyboardInterrupt
+
+
+def ignore_interrupts() -> None:
+    """From now on SIGINT and SIGTERM do nothing (main thread only): called once an interrupt has
+    been taken, so that however often Ctrl-C is pressed, the one cleanup runs to its end."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so one cleanup path
-    serves both (only in the main thread, where Python delivers signals)."""
+    """Within the block, SIGINT and SIGTERM raise KeyboardInterrupt once (Ctrl-C and SIGTERM take
+    one cleanup path); every later signal is ignored, so the cleanup is never itself interrupted
+    (only in the main thread, where Python delivers signals)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, _interrupt), signal.signal(signal.SIGINT, _interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # not interrupted: as before
+            signal.signal(signal.SIGTERM, previous[0])
+            signal.signal(signal.SIGINT, previous[1])
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[list[int]]:
+    """Within the block (a teardown), SIGINT and SIGTERM are only recorded, in the list it yields;
+    after it they act again."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    seen: list[int] = []
+    previous = (signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum)),
+                signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum)))
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])

@@ -55,6 +55,7 @@ class Signature(BaseModel):
     explain: str
     fix: str
     source: str
+    retryable: bool = False  # transient: `rlbox run --max-restarts` restarts the cluster for it
 
     @field_validator("patterns", "weak")
     @classmethod
@@ -284,6 +285,15 @@ class Report:
                 for f in self.findings
             ],
         }
+
+
+def retryable(report: Report) -> str | None:
+    """The cause to restart for, when the first known failure is a transient one (None when the
+    first is not: a config or environment mistake fails again after any restart)."""
+    if not report.findings or not report.findings[0].signature.retryable:
+        return None
+    sig = report.findings[0].signature
+    return f"job failed: {sig.title} [{sig.id}] (triage)"
 
 
 def _display(path: Path) -> str:

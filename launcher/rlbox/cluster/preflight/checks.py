@@ -4,6 +4,8 @@ nodes are connected; `rlbox validate` runs the first half alone."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rlbox.cluster import jobs
 from rlbox.cluster.plan import RunPlan
 from rlbox.cluster.preflight import doctor as doctor_mod
@@ -47,7 +49,8 @@ def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, r
         if verl_job:
             tree = verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
             if tree is not None:
-                report(validate.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node), tree, warn)
+                report(validate.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node,
+                                      restarts=plan.max_restarts, mounts=shared_mounts(plan)), tree, warn)
                 echo(f"job overrides valid against {tree.origin}")
         if run_doctor:
             checks, took = doctor_mod.run_checks(plan, nodes, replace)
@@ -60,6 +63,13 @@ def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, r
             echo(f"pre-flight: {len(checks)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
 
     return before
+
+
+def shared_mounts(plan: RunPlan) -> tuple[tuple[str, bool], ...]:
+    """Each writable mount target every node has, and whether its source is the same on all."""
+    per_node = [{m.target: m.source for m in n.container.mounts if not m.read_only} for n in plan.nodes]
+    common = set.intersection(*(set(d) for d in per_node)) if per_node else set()
+    return tuple(sorted((t, len({d[t] for d in per_node}) == 1) for t in common))
 
 
 def verl_argv(plan: RunPlan) -> list[str]:
@@ -79,12 +89,15 @@ def tree_for_validation(*, image: str | None, verl_version: str | None, verl_con
     ref = image or (m.for_hardware(recipe.release, recipe.hardware).ref if recipe else None)
     if not ref:
         raise RlboxError("validate: say which verl: --image, --verl-version or --verl-config")
-    target, _ = m.image_for(ref)
-    return validate.from_image(client_factory(), target)
+    target, variant = m.image_for(ref)
+    tree = validate.from_image(client_factory(), target)
+    pin = next((c.spec.commit for c in variant.components if c.name == "verl"), None) if variant else None
+    return tree if tree.commit or not pin else replace(tree, commit=pin)  # the release's verl: its rules
 
 
 def validate_plan(plan: RunPlan, argv: list[str], tree, warn) -> str:
     """`rlbox validate`: the plan's verl job ``argv`` (``verl_argv``) checked against ``tree``; the summary line."""
-    report(validate.check(tree, argv, len(plan.nodes), plan.npus_per_node), tree, warn)
+    report(validate.check(tree, argv, len(plan.nodes), plan.npus_per_node, restarts=plan.max_restarts,
+                          mounts=shared_mounts(plan)), tree, warn)
     return (f"valid: {argv[2] if len(argv) > 2 else ''} with {len(validate.hydra_overrides(argv))} overrides "
             f"for {len(plan.nodes)} x {plan.npus_per_node} NPUs against {tree.origin}")

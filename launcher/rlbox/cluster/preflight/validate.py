@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlbox.cluster.preflight import verl_rules
+from rlbox.cluster.preflight.verl_rules import Problem
 from rlbox.core.errors import RlboxError, nearest
 
 CACHE = Path(os.environ.get("RLBOX_CACHE", Path.home() / ".cache" / "rlbox"))
@@ -34,6 +36,7 @@ class VerlTree:
 
     root: Path
     origin: str
+    commit: str | None = None  # the verl commit, when known (an rlbox image's label, the release's pin)
 
     @property
     def trainer_config(self) -> Path:
@@ -90,8 +93,10 @@ def from_image(client, image: str) -> VerlTree:
     except ImageNotFound:
         raise RlboxError(f"image {image} is not on this engine; pull it first or pass --verl-version") from None
     dest = CACHE / "verl" / f"image-{img.id.split(':')[-1][:16]}"
+    pin = (getattr(img, "labels", None) or {}).get("io.rlbox.component.verl", "")  # git+URL@COMMIT on rlbox's images
+    commit = pin.rpartition("@")[2] or None
     if (dest / "verl" / "trainer" / "config").is_dir():
-        return VerlTree(dest, f"verl in {image}")
+        return VerlTree(dest, f"verl in {image}", commit)
     try:  # through the image's own entrypoint: it activates the environment python3 lives in
         out = client.containers.run(image, ["python3", "-c", _FIND_VERL], remove=True, network_mode="none")
     except ContainerError as err:
@@ -120,7 +125,7 @@ def from_image(client, image: str) -> VerlTree:
         raise RlboxError(f"image {image}: verl at {root} has no trainer/config")
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
-    return VerlTree(dest, f"verl in {image}")
+    return VerlTree(dest, f"verl in {image}", commit)
 
 
 def _extract(tar: tarfile.TarFile, target: Path) -> None:
@@ -180,7 +185,7 @@ def hydra_overrides(argv: list[str]) -> list[str]:
         if arg in ("--config-name", "-cn", "--config-path", "-cp"):
             skip = True
             continue
-        if arg.startswith("-") or "=" not in arg:
+        if arg.startswith("-") or ("=" not in arg and not arg.startswith("~")):  # ~key deletes: no '='
             continue
         out.append(arg)
     return out
@@ -200,7 +205,7 @@ def compose(entry: Entry, overrides: list[str]):
         return hydra_compose(config_name=entry.config_name, overrides=[*extra, *overrides])
 
 
-def _keys(node, prefix="") -> dict[str, Any]:
+def all_keys(node, prefix="") -> dict[str, Any]:
     """Every dotted key of a config, with its default (containers included)."""
     from omegaconf import DictConfig
 
@@ -215,17 +220,8 @@ def _keys(node, prefix="") -> dict[str, Any]:
             out[path] = value
             child = node._get_node(k)
             if isinstance(child, DictConfig):
-                out.update(_keys(child, path))
+                out.update(all_keys(child, path))
     return out
-
-
-@dataclass(frozen=True)
-class Problem:
-    keys: tuple[str, ...]
-    message: str
-
-    def __str__(self) -> str:
-        return f"{', '.join(self.keys)}: {self.message}"
 
 
 def _parse_overrides(overrides: list[str]):
@@ -262,8 +258,11 @@ def _type_problem(key: str, default, value) -> str | None:
     return f"{value!r} is not {kind} (the default is {default!r})"
 
 
-def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int | None = None) -> list[Problem]:
-    """Every problem with this job's overrides, as one-line Problems (empty: valid)."""
+def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int | None = None, *,
+          restarts: int = 0, mounts: tuple[tuple[str, bool], ...] = ()) -> list[Problem]:
+    """Every problem with this job's overrides, as one-line Problems (empty: valid). With
+    ``restarts``, also that a restart can resume; ``mounts``: (target, same source on every node)
+    of each writable mount every node has."""
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -279,21 +278,24 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
         base = compose(entry, [o for o in overrides if "/" in o.split("=", 1)[0]])  # config groups first
     except (HydraException, OmegaConfBaseException) as err:
         return [Problem(("config groups",), " ".join(str(err).split())[:300])]
-    known = _keys(base)
+    known = all_keys(base)
     dapo = entry.module.startswith("recipe.dapo")
     good = []
     for text, ov in zip(overrides, parsed):
         key = ov.key_or_group
+        # an unknown key is always said, with the nearest real one, whatever else is said of it
+        unknown = "/" not in key and key not in known and (ov.is_delete() or not (ov.is_add() or ov.is_force_add()))
+        if unknown:
+            problems.append(Problem((key,), f"unknown key in {entry.config_name}{_suggest(key, known)}"
+                                            + ("" if ov.is_delete() else " (a new key needs a leading +)")))
         if "filter_groups" in key and not dapo:
             problems.append(Problem((key,), f"filter_groups is a DAPO setting: it needs the DAPO entrypoint "
                                            f"(python3 -m recipe.dapo.main_dapo), not {entry.module}"))
             continue
+        if unknown:
+            continue
         if ov.is_add() or ov.is_delete() or ov.is_force_add() or "/" in key:
             good.append(text)
-            continue
-        if key not in known:
-            problems.append(Problem((key,), f"unknown key in {entry.config_name}{_suggest(key, known)}"
-                                            " (a new key needs a leading +)"))
             continue
         value = ov.value()
         why = _type_problem(key, known[key], value)
@@ -314,7 +316,36 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
             return None
 
     problems += _cluster_rules(get, dapo, nodes, npus)
+    problems += verl_rules.check(get, verl_rules.pinned(tree.commit, known), entry.module)
+    problems += restart_rules(get, restarts, mounts)
     return problems
+
+
+def restart_rules(get, restarts: int, mounts: tuple[tuple[str, bool], ...]) -> list[Problem]:
+    """`--max-restarts N` resumes from verl's newest checkpoint: refuse what cannot resume. verl
+    saves every trainer.save_freq steps (default -1: never) into trainer.default_local_dir; that
+    folder must outlive the containers (a mount on every node), and Megatron's checkpoint is
+    loaded by every rank from one folder, so for it the mount must be the same on every node
+    (verl's Ascend FAQ: Megatron checkpoints on per-node disks do not load)."""
+    if not restarts:
+        return []
+    out = []
+    freq = get("trainer.save_freq")
+    if not isinstance(freq, int) or freq <= 0:
+        out.append(Problem(("trainer.save_freq",), f"is {freq!r}: with --max-restarts {restarts} a restart resumes from a "
+                                                   "checkpoint, and verl saves none; set trainer.save_freq=N (N > 0)"))
+    folder = get("trainer.default_local_dir")
+    megatron = get("actor_rollout_ref.actor.strategy") == "megatron"
+    need = "a mount that is the same on every node (Megatron)" if megatron else "a mount every node has"
+    if not isinstance(folder, str) or not folder.startswith("/"):
+        out.append(Problem(("trainer.default_local_dir",), f"{folder!r} is inside the container and dies with it: "
+                                                           f"with --max-restarts put checkpoints on {need} (--mount)"))
+        return out
+    under = [(t, same) for t, same in mounts if folder == t or folder.startswith(t.rstrip("/") + "/")]
+    if not under or (megatron and not any(same for _, same in under)):
+        out.append(Problem(("trainer.default_local_dir",), f"{folder} is not on {need}: a restart could not "
+                                                           "resume from it (add --mount SRC:DIR)"))
+    return out
 
 
 def _cluster_rules(get, dapo: bool, nodes: int | None, npus: int | None) -> list[Problem]:

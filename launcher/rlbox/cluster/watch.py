@@ -1,0 +1,161 @@
+"""Watching every node while a job runs: its container through its engine, and Ray's node table.
+
+``judge`` is the pure judgement (facts in, the first lost node out, table-tested); ``Watch``
+gathers the facts at most once per ``every`` seconds and raises NodeLost naming the node and
+what happened to it. A killed container is seen by its engine at once; a raylet that died in a
+running container is seen when Ray marks its node DEAD (Ray's health checks: ~15 s).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import requests
+
+from rlbox.cluster import ray
+from rlbox.cluster.hosts import Node, on_every
+from rlbox.cluster.plan import RunPlan
+from rlbox.core.errors import RlboxError
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+GONE = "gone"  # the container no longer exists
+UNREACHABLE = "unreachable"  # its engine does not answer
+ENGINE_PATIENCE = 5.0  # seconds an engine may not answer before its node counts as lost
+DASHBOARD_PATIENCE = 10.0  # seconds the head's dashboard may not answer while its container runs
+
+
+@dataclass(frozen=True)
+class Box:
+    """What a node's engine says of its container."""
+
+    status: str  # running, exited, dead, paused, ..., GONE, UNREACHABLE
+    exit_code: int | None = None
+    last_line: str = ""
+    since: float = 0.0  # seconds the status has held (for UNREACHABLE)
+
+
+@dataclass(frozen=True)
+class Expected:
+    label: str  # node0 (sim0)
+    role: str  # head | worker
+    address: str  # the address Ray knows the node by
+
+
+@dataclass(frozen=True)
+class Loss:
+    label: str
+    role: str
+    what: str
+
+    def line(self) -> str:
+        return f"{self.label}, the {'Ray head' if self.role == 'head' else 'worker'}, was lost: {self.what}"
+
+
+class NodeLost(RlboxError):
+    """A node of a running job was lost (its Loss is ``.loss``)."""
+
+    def __init__(self, loss: Loss):
+        super().__init__(loss.line())
+        self.loss = loss
+
+
+def judge(expected: list[Expected], boxes: list[Box], table: list[ray.RayNode] | None,
+          dashboard_down_for: float = 0.0) -> Loss | None:
+    """The first lost node, head first: a container not running (exited, dead, gone), an engine
+    silent for ENGINE_PATIENCE, a node Ray marks DEAD with no live row for its address, or a head
+    whose dashboard is silent for DASHBOARD_PATIENCE. ``table``: Ray's node table, None when the
+    dashboard did not answer."""
+    order = sorted(range(len(expected)), key=lambda i: expected[i].role != "head")
+    for i in order:
+        node, box = expected[i], boxes[i]
+        if box.status == GONE:
+            return Loss(node.label, node.role, "its container is gone (removed or its host rebooted)")
+        if box.status == UNREACHABLE and box.since >= ENGINE_PATIENCE:
+            return Loss(node.label, node.role, f"its engine has not answered for {box.since:.0f} s")
+        if box.status in ("exited", "dead"):
+            code = f" with code {box.exit_code}" if box.exit_code is not None else ""
+            killed = box.exit_code in (137, 143)
+            tail = f"; last output: {box.last_line}" if box.last_line and not killed else ""
+            code += " (killed)" if killed else ""
+            return Loss(node.label, node.role, f"its container {box.status}{code}{tail}")
+    if table is not None:
+        for i in order:
+            node = expected[i]
+            rows = [r for r in table if r.ip == node.address]
+            if rows and not any(r.alive for r in rows):
+                why = rows[-1].message or "no reason given"
+                return Loss(node.label, node.role, f"Ray marks it DEAD ({why})")
+    elif dashboard_down_for >= DASHBOARD_PATIENCE:
+        head = next(e for e in expected if e.role == "head")
+        return Loss(head.label, head.role, f"its Ray dashboard has not answered for {dashboard_down_for:.0f} s")
+    return None
+
+
+def expected_of(plan: RunPlan) -> list[Expected]:
+    return [Expected(n.label, n.role, n.container.ip or n.host.address or n.host.name) for n in plan.nodes]
+
+
+class Watch:
+    """Every node of a running cluster, looked at no more often than ``every`` seconds."""
+
+    def __init__(self, plan: RunPlan, nodes: list[Node], dashboard: str | None, every: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.plan, self.nodes, self.dashboard, self.every, self.clock = plan, nodes, dashboard, every, clock
+        self.expected = expected_of(plan)
+        self._last = float("-inf")
+        self._silent_since: dict[int, float] = {}
+        self._dashboard_down_since: float | None = None
+
+    def _box(self, index: int) -> Box:
+        node_plan, node = self.plan.nodes[index], self.nodes[index]
+        from docker.errors import NotFound
+
+        try:
+            box = node.client.containers.get(node_plan.container.name)
+        except NotFound:
+            return Box(GONE)
+        except Exception:  # noqa: BLE001 - an engine that does not answer: how long matters
+            since = self._silent_since.setdefault(index, self.clock())
+            return Box(UNREACHABLE, since=self.clock() - since)
+        self._silent_since.pop(index, None)
+        if box.status not in ("exited", "dead"):
+            return Box(box.status)
+        try:
+            lines = box.logs(tail=3).decode(errors="replace").strip().splitlines()
+        except Exception:  # noqa: BLE001
+            lines = []
+        last = _ANSI.sub("", lines[-1]).strip()[:200] if lines else ""
+        return Box(box.status, box.attrs.get("State", {}).get("ExitCode"), last)
+
+    def _table(self) -> list[ray.RayNode] | None:
+        if not self.dashboard:
+            return None
+        try:
+            table = ray.nodes(self.dashboard, timeout=2.0)
+        except (requests.RequestException, KeyError, ValueError):
+            self._dashboard_down_since = self._dashboard_down_since or self.clock()
+            return None
+        self._dashboard_down_since = None
+        return table
+
+    def look(self) -> Loss | None:
+        """Gather the facts now and judge them."""
+        boxes, errors = on_every(self._box, list(range(len(self.nodes))))
+        if errors:
+            raise errors[0]
+        table = self._table()
+        down = self.clock() - self._dashboard_down_since if self._dashboard_down_since else 0.0
+        return judge(self.expected, boxes, table, down)
+
+    def check(self, force: bool = False) -> None:
+        """Raise NodeLost when a node is lost; at most once per ``every`` seconds unless forced."""
+        now = self.clock()
+        if not force and now - self._last < self.every:
+            return
+        self._last = now
+        loss = self.look()
+        if loss is not None:
+            raise NodeLost(loss)

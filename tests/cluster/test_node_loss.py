@@ -1,0 +1,178 @@
+"""Node loss on the simulated cluster, real engine, real Ray: a job that checkpoints a step
+counter on a shared mount and touches every node each step; a worker or the head killed mid-job,
+with and without --max-restarts; repeated Ctrl-C. Every run must leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from conftest import REPO, rlbox
+from support.engine import leftovers, remove_test_runs
+
+pytestmark = pytest.mark.engine
+
+JOB = REPO / "tests" / "fixtures" / "launcher" / "steps_job.py"
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers_between_tests():
+    yield
+    remove_test_runs("t12-")
+
+
+class Run:
+    """`rlbox run` in a subprocess, its stderr lines timestamped as they arrive. Without the
+    per-node doctor (`--no-doctor`): on a shared engine another run's simulated NPUs would fail
+    its "devices free" check; the checks themselves are tests/cluster/test_doctor*.py's."""
+
+    def __init__(self, runs: Path, shared: Path, name: str, steps: int, *extra: str, pause: float = 1.0):
+        shared.mkdir(parents=True, exist_ok=True)
+        shutil.copy(JOB, shared / "steps_job.py")
+        self.name, self.runs, self.shared = name, runs, shared
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", "2", "--name", name, "--runs-dir", str(runs),
+             "--mount", f"{shared}:/shared", "--no-doctor", *extra, "--",
+             "python3", "/shared/steps_job.py", str(steps), str(pause), "/shared/ckpt.json"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[tuple[float, str]] = []
+        self.out: list[str] = []
+        threading.Thread(target=self._read, args=(self.proc.stderr, self.lines, True), daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.out, False), daemon=True).start()
+
+    @staticmethod
+    def _read(stream, into, stamped):
+        for line in stream:
+            into.append((time.monotonic(), line) if stamped else line)
+
+    def wait_for(self, text: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(text in (x[1] if isinstance(x, tuple) else x) for x in self.lines + self.out):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.proc.kill()
+        pytest.fail(f"never saw {text!r}:\n{self.stderr()[-3000:]}")
+
+    def container(self, index: int) -> str:
+        state = json.loads((self.runs / self.name / "state.json").read_text())
+        return state["nodes"][index]["container"]
+
+    def kill(self, index: int) -> float:
+        docker.from_env().containers.get(self.container(index)).kill()
+        return time.monotonic()
+
+    def finish(self, timeout: float = 240) -> int:
+        code = self.proc.wait(timeout=timeout)
+        time.sleep(0.2)  # the reader threads drain the pipes
+        return code
+
+    def stderr(self) -> str:
+        return "".join(x[1] for x in self.lines)
+
+    def stdout(self) -> str:
+        return "".join(self.out)
+
+    def seen_at(self, text: str) -> float:
+        return next(t for t, line in self.lines if text in line)
+
+    def state(self) -> dict:
+        return json.loads((self.runs / self.name / "state.json").read_text())
+
+
+def test_worker_lost_without_restarts_is_named_within_seconds_and_nothing_is_left(runs, tmp_path):
+    run = Run(runs, tmp_path / "shared", "t12-wlost", 40)
+    run.wait_for("step:2 ")
+    killed = run.kill(1)
+    code = run.finish()
+    err = run.stderr()
+    assert code not in (0, None), err[-2000:]
+    assert "node1 (sim1), the worker, was lost: its container exited with code 137 (killed)" in err
+    assert run.seen_at("was lost") - killed < 5.0, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("rlbox: error: run 't12-wlost' failed: node1 (sim1), the worker")
+    assert "Traceback" not in err
+    state = run.state()
+    assert state["phase"] == "removed" and state["status"] == "NODE_LOST" and "node1 (sim1)" in state["lost"]
+    assert leftovers("t12-wlost") == []
+
+
+def test_worker_lost_with_restarts_resumes_from_checkpoint_and_finishes(runs, tmp_path):
+    steps = 8
+    run = Run(runs, tmp_path / "shared", "t12-resume", steps, "--max-restarts", "2")
+    run.wait_for("step:3 ")
+    run.kill(1)
+    code = run.finish()
+    err, out = run.stderr(), run.stdout()
+    assert code == 0, err[-3000:]
+    assert "restart 1/2: node1 (sim1), the worker, was lost: its container exited with code 137 (killed)" in err
+    state = run.state()
+    (restart,) = state["restarts"]
+    step = restart["resumed_step"]
+    assert isinstance(step, int) and step >= 3
+    assert f"restart 1/2: node1 (sim1), the worker, was lost: its container exited with code 137 (killed); resumed from step {step}" in err
+    assert json.loads((tmp_path / "shared" / "ckpt.json").read_text()) == {"step": steps}
+    # after the restart every remaining step ran on both nodes, and the log holds both attempts once
+    for n in range(step + 1, steps + 1):
+        assert f"step:{n} nodes:2" in out
+    log = (runs / "t12-resume" / f"{state['run_id']}.log").read_text()
+    assert log.count(f"done: {steps} steps") == 1 and log.count("step:1 nodes:2") == 1
+    assert log.count("Setting global step to") == 1
+    assert state["phase"] == "removed" and state["status"] == "SUCCEEDED"
+    status = rlbox("status", "--name", "t12-resume", "--runs-dir", runs)
+    assert f"restart 1/2: node1 (sim1), the worker, was lost" in status.stdout and f"resumed from step {step}" in status.stdout
+    assert leftovers("t12-resume") == []
+
+
+def test_head_lost_is_named_and_everything_is_removed(runs, tmp_path):
+    run = Run(runs, tmp_path / "shared", "t12-head", 40)
+    run.wait_for("step:2 ")
+    killed = run.kill(0)
+    code = run.finish()
+    err = run.stderr()
+    assert code not in (0, None), err[-2000:]
+    assert "node0 (sim0), the Ray head, was lost: its container exited with code 137 (killed)" in err
+    assert run.seen_at("was lost") - killed < 5.0
+    assert "Traceback" not in err
+    assert leftovers("t12-head") == []
+
+
+def test_restarts_exhausted_fail_reporting_each_attempt(runs, tmp_path):
+    run = Run(runs, tmp_path / "shared", "t12-exhaust", 40, "--max-restarts", "1")
+    run.wait_for("step:2 ")
+    run.kill(1)
+    run.wait_for("resumed from step")
+    run.kill(1)
+    code = run.finish()
+    err = run.stderr()
+    assert code not in (0, None), err[-3000:]
+    assert err.count("restart 1/1: node1 (sim1), the worker, was lost") >= 1
+    assert "restart 2/" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("rlbox: error: run 't12-exhaust' failed: node1 (sim1), the worker") and "(after 1 restart(s))" in last
+    assert len(run.state()["restarts"]) == 1
+    assert leftovers("t12-exhaust") == []
+
+
+def test_three_ctrl_c_in_a_row_print_no_traceback_and_leave_nothing(runs, tmp_path):
+    run = Run(runs, tmp_path / "shared", "t12-int", 40)
+    run.wait_for("step:1 ")
+    for _ in range(3):
+        run.proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+    code = run.finish(timeout=120)
+    err = run.stderr()
+    assert code == 130, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert "interrupted; every node was cleaned up" in err
+    assert leftovers("t12-int") == []

@@ -1,0 +1,131 @@
+"""The node watch's judgement, restarts' job and record, the log stream's resume: pure, in ms."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlbox.cluster import jobs, watch
+from rlbox.cluster.ray import RayNode
+from rlbox.cluster.state import Phase, RunState, restart_line
+from rlbox.cluster.watch import Box, Expected, judge
+
+NODES = [Expected("node0 (h0)", "head", "10.0.0.1"), Expected("node1 (h1)", "worker", "10.0.0.2"),
+         Expected("node2 (h2)", "worker", "10.0.0.3")]
+UP = Box("running")
+ALIVE = [RayNode("10.0.0.1", True, True, 8), RayNode("10.0.0.2", True, False, 8), RayNode("10.0.0.3", True, False, 8)]
+
+
+@pytest.mark.parametrize("boxes, table, down, expected", [
+    ([UP, UP, UP], ALIVE, 0, None),
+    ([UP, Box("exited", 137), UP], ALIVE, 0, "node1 (h1), the worker, was lost: its container exited with code 137 (killed)"),
+    ([UP, Box("exited", 1, "boom"), UP], ALIVE, 0, "node1 (h1), the worker, was lost: its container exited with code 1; last output: boom"),
+    ([Box("exited", 137), Box("exited", 137), UP], None, 0, "node0 (h0), the Ray head, was lost: its container exited"),
+    ([UP, UP, Box(watch.GONE)], ALIVE, 0, "node2 (h2), the worker, was lost: its container is gone"),
+    ([UP, Box(watch.UNREACHABLE, since=2), UP], ALIVE, 0, None),
+    ([UP, Box(watch.UNREACHABLE, since=6), UP], ALIVE, 0, "node1 (h1), the worker, was lost: its engine has not answered for 6 s"),
+    ([UP, UP, UP], [ALIVE[0], ALIVE[1], RayNode("10.0.0.3", False, False, 8, "health check failed")], 0,
+     "node2 (h2), the worker, was lost: Ray marks it DEAD (health check failed)"),
+    # a node that re-joined (new node id, same address) is alive
+    ([UP, UP, UP], [*ALIVE, RayNode("10.0.0.3", False, False, 8, "old")], 0, None),
+    ([UP, UP, UP], None, 3, None),
+    ([UP, UP, UP], None, 12, "node0 (h0), the Ray head, was lost: its Ray dashboard has not answered for 12 s"),
+])
+def test_judge(boxes, table, down, expected):
+    loss = judge(NODES, boxes, table, down)
+    if expected is None:
+        assert loss is None
+    else:
+        assert loss is not None and loss.line().startswith(expected), loss
+
+
+def test_for_restart_resumes_verl_and_renames_the_submission():
+    job = jobs.plan_job(["python3", "-m", "verl.trainer.main_ppo", "trainer.resume_mode=disable", "a.b=1"],
+                        nodes=2, npus_per_node=8, run="r", run_id="abcd", working_dir="/w")
+    again = jobs.for_restart(job, 1)
+    assert again.submission_id == "rlbox-r-abcd-r1" and jobs.for_restart(again, 2).submission_id == "rlbox-r-abcd-r2"
+    assert again.argv[-1] == "trainer.resume_mode=auto" and "trainer.resume_mode=disable" not in again.argv
+    assert again.entrypoint.startswith("cd /w && python3 -m verl.trainer.main_ppo")
+    other = jobs.plan_job(["python3", "job.py", "trainer.resume_mode=disable"], nodes=1, npus_per_node=8, run="r", run_id="x")
+    assert jobs.for_restart(other, 1).argv == other.argv  # not verl: the same command
+
+
+@pytest.mark.parametrize("text, step", [
+    ("(TaskRunner pid=12, ip=10.0.0.1) Setting global step to 40\n", 40),
+    ("Load from checkpoint folder: /ckpt/global_step_40\n", None),
+    ("Training from scratch\n", None),
+])
+def test_resumed_step_reads_verls_line(text, step):
+    assert jobs.resumed_step(text) == step
+
+
+def test_restarts_and_loss_are_recorded_and_read_back(tmp_path):
+    entry = {"attempt": 1, "of": 2, "cause": "node1 (h1), the worker, was lost: x", "resumed_step": 7}
+    state = RunState({"run": "r", "run_id": "x"}, Phase.RESTARTING, restarts=(entry,), lost="y")
+    state.save(tmp_path / "state.json")
+    back = RunState.from_dict(__import__("json").loads((tmp_path / "state.json").read_text()))
+    assert back == state
+    assert back.restart_lines() == ["restart 1/2: node1 (h1), the worker, was lost: x; resumed from step 7"]
+    assert restart_line(entry | {"resumed_step": None}) == "restart 1/2: node1 (h1), the worker, was lost: x"
+
+
+
+def test_follow_streams_frames_once_across_a_dropped_stream(monkeypatch):
+    import websocket
+
+    sessions = [["line 1\n", "line 2\npart"], ["line 1\n", "line 2\npart", "ial\n", "end\n"]]
+    closes = iter([False, True])
+
+    class Ws:
+        def __init__(self, frames, clean):
+            self.frames, self.clean = list(frames), clean
+
+        def settimeout(self, t):
+            pass
+
+        def recv_data(self, control_frame=True):
+            if self.frames:
+                return websocket.ABNF.OPCODE_TEXT, self.frames.pop(0).encode()
+            if self.clean:
+                return websocket.ABNF.OPCODE_CLOSE, b"\x03\xe8"
+            raise websocket.WebSocketConnectionClosedException("dropped")
+
+        def close(self, timeout=None):
+            pass
+
+    it = iter(sessions)
+    monkeypatch.setattr(websocket, "create_connection", lambda url, **kw: Ws(next(it), next(closes)))
+    statuses = iter([{"status": "RUNNING"}, {"status": "SUCCEEDED"}])
+    client = jobs.JobsClient("http://127.0.0.1:1")
+    monkeypatch.setattr(client, "info", lambda sid: next(statuses))
+    got = []
+    info = client.follow("s", got.append)
+    assert info["status"] == "SUCCEEDED"
+    assert "".join(got) == "line 1\nline 2\npartial\nend\n"
+    assert client.received == len("line 1\nline 2\npart") * 2 + len("ial\nend\n")
+
+
+def test_a_loss_seen_while_following_ends_it_at_once(monkeypatch):
+    import websocket
+
+    class Quiet:
+        def settimeout(self, t):
+            pass
+
+        def recv_data(self, control_frame=True):
+            raise websocket.WebSocketTimeoutException("quiet")
+
+        def close(self, timeout=None):
+            pass
+
+    monkeypatch.setattr(websocket, "create_connection", lambda url, **kw: Quiet())
+    client = jobs.JobsClient("http://127.0.0.1:1")
+    calls = []
+
+    def tick():
+        calls.append(1)
+        if len(calls) == 3:
+            raise watch.NodeLost(watch.Loss("node1 (h1)", "worker", "gone"))
+
+    with pytest.raises(watch.NodeLost):
+        client.follow("s", lambda t: None, tick=tick)
+    assert len(calls) == 3
