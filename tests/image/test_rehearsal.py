@@ -20,12 +20,13 @@ def test_plan_lists_the_stand_in_base_the_settings_and_every_substitution(m):
     p = rehearsal.plan(m, "verl_pt27_25rc3:ax-x86", RECIPES)
     assert p.base == "rlbox/cann-standin:8.3.rc1-910b-ubuntu22.04-py3.11"
     assert p.real_base == "quay.io/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
-    assert set(p.settings) == {"no-custom-kernels", "torch-autoload-off"}
+    assert set(p.settings) == {"no-custom-kernels", "torch-autoload-off", "hide-torch-npu", "no-vllm-platform-plugins"}
     text = p.describe()
     assert "substitution: base rlbox/cann-standin:8.3.rc1-910b-ubuntu22.04-py3.11 for quay.io/ascend/cann" in text
     assert "torch==2.7.1 for torch==2.7.1+cpu" in text  # the lock's own substitutions, each listed
     assert "vllm: sdist vllm==0.10.1.1 for git https://github.com/vllm-project/vllm.git@38217877" in text
-    assert p.entries == (("dapo-qwen3-32b-a3", "recipe.dapo.main_dapo"), ("grpo-qwen2.5-0.5b-gsm8k", "verl.trainer.main_ppo"))
+    assert [(r, m) for r, m, _ in p.entries] == [("dapo-qwen3-32b-a3", "recipe.dapo.main_dapo"),
+                                                  ("grpo-qwen2.5-0.5b-gsm8k", "verl.trainer.main_ppo")]
     assert p.expected_versions["vllm_ascend"] == "0.10.0rc2.dev53+g1de16ead8"
     argv = p.build.argv
     assert "RLBOX_REHEARSAL=no-custom-kernels" in argv and "RLBOX_OFFLINE=1" in argv and "--network" in argv
@@ -35,7 +36,8 @@ def test_plan_lists_the_stand_in_base_the_settings_and_every_substitution(m):
 def test_rehearse_dry_run_prints_the_plan():
     proc = rlbox("rehearse", "verl_pt27_cann82rc1:ax-x86", "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    assert "check: grpo-qwen3-vl-8b-geo3k imports from verl.trainer.main_ppo" in proc.stdout
+    assert "check: grpo-qwen3-vl-8b-geo3k imports from verl.trainer.main_ppo + verl.workers.fsdp_workers" in proc.stdout
+    assert "verl.utils.reward_score.geo3k" in proc.stdout  # the recipe's `reaches`
     assert "torch-npu==2.7.1 for torch-npu==2.7.1.dev20250724" in proc.stdout
 
 
@@ -60,7 +62,7 @@ def test_an_unknown_rehearsal_setting_is_refused(m):
     ("0.1.dev1+g1de16ead8", "0.10.0rc2.dev53+g1de16ead8", False),  # a shallow build's version
     ("4.57.6", "4.56.0", False),
 ])
-def test_versions_match_what_the_release_reports(installed, expected, ok):
+def test_versions_match_what_the_release_reports(installed, expected, ok):  # noqa: D103
     assert rehearsal.version_matches(installed, expected) is ok
 
 
@@ -70,10 +72,11 @@ def _facts(**over):
                                          "rlbox-verify: r:x: 7 components ... pip check clean"},
         "pip_check": "torch 2.7.1 requires triton, which is not installed.",
         "versions": {"vllm": "0.10.1.1+empty", "verl": "0.5.0.dev0"},
-        "imports": {"verl.trainer.main_ppo": {"modules": {
-            "verl.trainer.main_ppo": {"state": "ok"},
-            "verl_npu": {"state": "npu-runtime", "error": "ImportError: libascend_hal.so: cannot open shared object file"},
-            "sglang": {"state": "optional", "error": "ModuleNotFoundError: No module named 'sglang'"},
+        "imports": {"r": {"modules": {
+            "verl.trainer.main_ppo": {"state": "ok", "reached": "import"},
+            "verl_npu": {"state": "npu-runtime", "reached": "import", "error": "ModuleNotFoundError: import of torch_npu halted"},
+            "sglang": {"state": "optional", "reached": "import", "error": "ModuleNotFoundError: No module named 'sglang'"},
+            "weave": {"state": "error", "reached": "lazy", "error": "ModuleNotFoundError: No module named 'weave'"},
         }}},
     }
     facts.update(over)
@@ -81,19 +84,39 @@ def _facts(**over):
 
 
 @pytest.mark.parametrize("over,ok,line", [
-    ({}, True, "ok   imports of r (verl.trainer.main_ppo): 1 modules import, 1 skipped (need the NPU runtime), 1 optional"),
-    ({}, True, "     npu-runtime verl_npu: ImportError: libascend_hal.so"),
+    ({}, True, "ok   imports of r (verl.trainer.main_ppo): 1 modules import, 1 need the NPU runtime, 1 optional and absent, "
+               "0 on a branch not taken here, 0 not in this version, 0 errors; lazily reached: 0 import, 1 do not"),
+    ({}, True, "     npu-runtime verl_npu: ModuleNotFoundError: import of torch_npu halted"),
+    ({}, True, "     lazy error  weave: ModuleNotFoundError"),
     ({"verify": {"code": 1, "output": "rlbox error: rlbox-verify: idna 3.10 is locked but not installed"}}, False,
      "FAIL rlbox-verify: rlbox error: rlbox-verify: idna 3.10 is locked but not installed"),
     ({"versions": {"vllm": "0.1.dev1+g38217877a.empty", "verl": "0.5.0.dev0"}}, False,
      "FAIL version vllm 0.1.dev1+g38217877a.empty (its release reports 0.10.1.1)"),
-    ({"imports": {"verl.trainer.main_ppo": {"modules": {"qwen_vl_utils": {"state": "error", "error": "No module named 'qwen_vl_utils'"}}}}},
+    ({"imports": {"r": {"modules": {"qwen_vl_utils": {"state": "error", "reached": "import", "error": "No module named 'qwen_vl_utils'"}}}}},
      False, "     error       qwen_vl_utils: No module named 'qwen_vl_utils'"),
     ({"imports": {}}, False, "FAIL imports of r: not run"),
-], ids=["green", "npu skip listed", "verify fails", "shallow version", "missing import", "imports not run"])
+], ids=["green", "npu skip listed", "lazy listed, not failing", "verify fails", "shallow version", "missing import",
+        "imports not run"])
 def test_judgement(m, over, ok, line):
-    p = rehearsal.plan(m, "verl_pt27_25rc3:ax-x86", {"r": {"release": "verl_pt27_25rc3", "entrypoint": ["python3", "-m", "verl.trainer.main_ppo"]}})
+    p = rehearsal.plan(m, "verl_pt27_25rc3:ax-x86", {"r": {"release": "verl_pt27_25rc3",
+                                                           "entrypoint": ["python3", "-m", "verl.trainer.main_ppo"]}})
     p = rehearsal.RehearsalPlan(**{**p.__dict__, "expected_versions": {"vllm": "0.10.1.1", "verl": "0.5.0.dev0"}})
     report = rehearsal.judge(p, _facts(**over))
     assert report.ok is ok
     assert any(x.startswith(line) for x in report.lines), "\n".join(report.lines)
+
+
+@pytest.mark.parametrize("overrides,reaches,expected", [
+    ([], [], ("verl.workers.fsdp_workers", "verl.workers.rollout.vllm_rollout", "verl.workers.sharding_manager.fsdp_vllm",
+              "verl.workers.reward_manager.naive", "verl.utils.dataset.rl_dataset")),
+    (["actor_rollout_ref.actor.strategy=megatron", "reward_model.reward_manager=dapo"], ["verl.utils.reward_score.math_dapo"],
+     ("verl.workers.megatron_workers", "verl.workers.rollout.vllm_rollout", "verl.workers.sharding_manager.megatron_vllm",
+      "verl.workers.reward_manager.dapo", "verl.utils.dataset.rl_dataset", "verl.utils.reward_score.math_dapo")),
+    (["actor_rollout_ref.actor.strategy=fsdp2"], [], None),
+], ids=["defaults", "megatron + dapo + reaches", "fsdp2 is fsdp's workers"])
+def test_run_time_modules_come_from_the_recipe(overrides, reaches, expected):
+    got = rehearsal.runtime_modules({"overrides": overrides, "reaches": reaches})
+    if expected is None:
+        assert got[0] == "verl.workers.fsdp_workers"
+    else:
+        assert got == expected

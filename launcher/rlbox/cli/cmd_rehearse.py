@@ -31,7 +31,8 @@ def rehearse_cmd(ref, ca_bundle, report, dry_run):
     tagged localhost/rlbox-rehearsal/NAME:VARIANT and labelled io.rlbox.rehearsal.
     """
     m = matrix()
-    shipped = {r.name: {"release": r.release, "entrypoint": list(r.entrypoint)} for r in recipe_files.all_recipes()}
+    shipped = {r.name: {"release": r.release, "entrypoint": list(r.entrypoint), "overrides": list(r.overrides),
+                        "reaches": list(r.reaches)} for r in recipe_files.all_recipes()}
     p = rehearsal.plan(m, ref, shipped, ca_bundle=ca_bundle)
     click.echo(p.describe())
     if dry_run:

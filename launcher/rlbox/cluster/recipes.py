@@ -35,6 +35,9 @@ class Recipe(BaseModel):
     params: dict[str, Param] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     overrides: list[str] = Field(default_factory=list)
+    reaches: list[str] = Field(
+        default_factory=list, description="modules the job imports at run time beyond what its entrypoint, "
+        "workers, rollout and reward manager import (e.g. its reward function); `rlbox rehearse` imports them")
     notes: list[str] = Field(default_factory=list)
 
     def resolve(self, values: dict[str, str], extra: list[str]) -> tuple[list[str], dict[str, str]]:

@@ -30,7 +30,12 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "imports.py"
 CHECK_SETTINGS = {
     "torch-autoload-off": "checks run with TORCH_DEVICE_BACKEND_AUTOLOAD=0: `import torch` would load torch_npu's "
                           "native library, which needs the CANN runtime and the NPU driver",
+    "hide-torch-npu": "the import check hides torch_npu (its native library needs libhccl/libascend_hal): code takes "
+                      "its no-NPU path, and what needs torch_npu is listed as npu-runtime",
+    "no-vllm-platform-plugins": "the import check runs with VLLM_PLUGINS='' (vllm_ascend's platform loads torch_npu); "
+                                "vllm_ascend itself is imported and listed",
 }
+WORKERS = {"fsdp": "fsdp", "fsdp2": "fsdp", "megatron": "megatron"}
 FIRST_PARTY = ("verl", "recipe", "verl_npu")
 
 
@@ -43,7 +48,7 @@ class RehearsalPlan:
     settings: dict[str, str]
     substitutions: tuple[str, ...]
     missing: tuple[str, ...]
-    entries: tuple[tuple[str, str], ...]  # (recipe, entry module)
+    entries: tuple[tuple[str, str, tuple[str, ...]], ...]  # (recipe, entry module, run-time modules)
     expected_versions: dict[str, str]  # distribution -> version its release reports
     build: build.BuildPlan = field(repr=False)
 
@@ -53,14 +58,15 @@ class RehearsalPlan:
         lines += [f"  off: {name}: {why}" for name, why in self.settings.items()]
         lines += [f"  substitution: {s}" for s in self.substitutions]
         lines += [f"  source cache: fetch {m}" for m in self.missing] or ["  source cache: complete"]
-        lines += [f"  check: {recipe} imports from {module}" for recipe, module in self.entries]
+        lines += [f"  check: {recipe} imports from {module}" + (f" + {', '.join(extra)}" if extra else "")
+                  for recipe, module, extra in self.entries]
         lines.append(f"  build: {self.build.command()}")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
         return {"ref": self.ref, "real_base": self.real_base, "base": self.base, "tag": self.tag,
                 "settings": dict(self.settings), "substitutions": list(self.substitutions),
-                "missing": list(self.missing), "entries": [list(e) for e in self.entries],
+                "missing": list(self.missing), "entries": [[r, m, list(x)] for r, m, x in self.entries],
                 "expected_versions": dict(self.expected_versions), "build": self.build.as_dict()}
 
 
@@ -82,9 +88,12 @@ def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | Non
         if recipe.get("release") == v.release.release:
             argv = list(recipe.get("entrypoint") or [])
             if "-m" in argv:
-                entries.append((name, argv[argv.index("-m") + 1]))
+                entries.append((name, argv[argv.index("-m") + 1], runtime_modules(recipe)))
     expected = {}
+    git = {c.name for c in v.components if c.spec.git}
     for component, pin in (v.lock.section.get("provided") or {}).items():
+        if component not in git:
+            continue  # a PyPI pin's stand-in: rlbox-verify checks it against the lock
         dist, version = pin.split("==", 1)
         expected[dist] = version
     tag = f"localhost/rlbox-rehearsal/{v.release.image.name}:{v.tag}"
@@ -94,6 +103,19 @@ def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | Non
     settings = {**build.REHEARSAL_SETTINGS, **CHECK_SETTINGS}
     return RehearsalPlan(ref, v.base_image, base, tag, settings, tuple(subs), missing,
                          tuple(entries), expected, plan_)
+
+
+def runtime_modules(recipe: dict) -> tuple[str, ...]:
+    """What a verl job imports at run time, read from its overrides: the workers of its actor
+    strategy, its rollout and the weight sync to it, its reward manager; then its ``reaches``."""
+    sets = dict(o.split("=", 1) for o in recipe.get("overrides", []) if "=" in o and not o.startswith(("+", "~")))
+    strategy = WORKERS.get(sets.get("actor_rollout_ref.actor.strategy", "fsdp"), "fsdp")
+    rollout = sets.get("actor_rollout_ref.rollout.name", "vllm")
+    manager = sets.get("reward_model.reward_manager", "naive")
+    mods = [f"verl.workers.{strategy}_workers", f"verl.workers.rollout.{rollout}_rollout",
+            f"verl.workers.sharding_manager.{strategy}_{rollout}", f"verl.workers.reward_manager.{manager}",
+            "verl.utils.dataset.rl_dataset"]  # every PPO/DAPO run builds its dataset with it
+    return tuple(dict.fromkeys([*mods, *recipe.get("reaches", [])]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,21 +156,29 @@ def judge(p: RehearsalPlan, facts: dict[str, Any]) -> Report:
         lines.append(f"{'ok  ' if good else 'FAIL'} version {dist} {have or 'not installed'} (its release reports {want})")
     for extra, have in sorted(facts.get("source_versions", {}).items()):
         lines.append(f"ok   version {extra} {have} (source on the path)")
-    for recipe, module in p.entries:
-        found = facts.get("imports", {}).get(module)
+    for recipe, module, _ in p.entries:
+        found = facts.get("imports", {}).get(recipe)
         if found is None:
             ok = False
             lines.append(f"FAIL imports of {recipe}: not run")
             continue
         mods = found.get("modules", {})
-        counts = {s: sum(1 for r in mods.values() if r["state"] == s) for s in ("ok", "npu-runtime", "optional", "error")}
-        ok &= counts["error"] == 0
-        lines.append(f"{'ok  ' if not counts['error'] else 'FAIL'} imports of {recipe} ({module}): {counts['ok']} modules "
-                     f"import, {counts['npu-runtime']} skipped (need the NPU runtime), {counts['optional']} optional "
-                     f"and absent, {counts['error']} errors")
-        for name, r in sorted(mods.items()):
+        eager = {n: r for n, r in mods.items() if r.get("reached") != "lazy"}
+        lazy = {n: r for n, r in mods.items() if r.get("reached") == "lazy"}
+        count = {s: sum(1 for r in eager.values() if r["state"] == s)
+                 for s in ("ok", "npu-runtime", "optional", "conditional", "absent", "error")}
+        ok &= count["error"] == 0
+        lazy_bad = {n: r for n, r in lazy.items() if r["state"] != "ok"}
+        lines.append(f"{'ok  ' if not count['error'] else 'FAIL'} imports of {recipe} ({module}): {count['ok']} modules "
+                     f"import, {count['npu-runtime']} need the NPU runtime, {count['optional']} optional and absent, "
+                     f"{count['conditional']} on a branch not taken here, "
+                     f"{count['absent']} not in this version, {count['error']} errors; "
+                     f"lazily reached: {len(lazy) - len(lazy_bad)} import, {len(lazy_bad)} do not")
+        for name, r in sorted(eager.items()):
             if r["state"] != "ok":
                 lines.append(f"     {r['state']:<11} {name}: {r.get('error', '')[:160]}")
+        for name, r in sorted(lazy_bad.items()):
+            lines.append(f"     lazy {r['state']:<6} {name}: {r.get('error', '')[:160]}")
     return Report(p.ref, ok, lines, facts)
 
 
@@ -165,13 +195,14 @@ def ensure_base(p: RehearsalPlan, root: Path, cann: str, echo) -> None:
         raise RlboxError(f"tools/make-cann-standin.sh {cann} failed: {last_line(proc.stderr or proc.stdout)}")
 
 
-def run_in(image: str, argv: list[str], *, mounts: dict[str, str] | None = None) -> tuple[int, str]:
+def run_in(image: str, argv: list[str], *, mounts: dict[str, str] | None = None,
+           env: dict[str, str] | None = None) -> tuple[int, str]:
     import docker
 
     client = docker.from_env()
     box = client.containers.run(
         image, argv, entrypoint=["/usr/local/bin/rlbox-entrypoint"], detach=True, network_mode="none",
-        environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, labels={"io.rlbox.managed": "true", "io.rlbox.task": "rehearsal"},
+        environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", **(env or {})}, labels={"io.rlbox.managed": "true", "io.rlbox.task": "rehearsal"},
         volumes={host: {"bind": inside, "mode": "ro"} for host, inside in (mounts or {}).items()},
     )
     try:
@@ -209,16 +240,19 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
     code, out = run_in(p.tag, ["python3", "-c", VERSIONS, *p.expected_versions])
     facts.update(json.loads(out.strip().splitlines()[-1]) if code == 0 else {"versions": {}, "versions_error": out[-300:]})
     facts["imports"] = {}
-    for module in dict.fromkeys(m for _, m in p.entries):
-        argv = ["python3", "/opt/rlbox/check/imports.py", "--path", "/opt/rlbox/src/verl"]
+    for recipe, module, extra in p.entries:
+        argv = ["python3", "/opt/rlbox/check/imports.py", "--path", "/opt/rlbox/src/verl", "--hide", "torch_npu"]
         for name in FIRST_PARTY:
             argv += ["--first-party", name]
-        code, out = run_in(p.tag, [*argv, module], mounts={str(SCRIPT.parent): "/opt/rlbox/check"})
+        for name in extra:
+            argv += ["--runtime", name]
+        code, out = run_in(p.tag, [*argv, module, "vllm_ascend"], mounts={str(SCRIPT.parent): "/opt/rlbox/check"},
+                           env={"VLLM_PLUGINS": ""})
         start = out.find("{")
         try:
-            facts["imports"][module] = json.loads(out[start:]) if start >= 0 else {"modules": {}}
+            facts["imports"][recipe] = json.loads(out[start:]) if start >= 0 else {"modules": {}}
         except ValueError:
-            facts["imports"][module] = {"modules": {module: {"state": "error", "error": last_line(out)}}}
+            facts["imports"][recipe] = {"modules": {module: {"state": "error", "error": last_line(out)}}}
     return facts
 
 
