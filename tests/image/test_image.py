@@ -147,20 +147,51 @@ def test_lock_is_recorded_and_verified(client, selftest_image):
     assert lock["state"] == "fresh" and lock["pip"]["six"] == "1.17.0" and lock["pip"]["verl"] == "0.5.0"
     labels = client.images.get(image).labels
     assert labels["io.rlbox.lock"] == lock["digest"]
-    assert f"{len(lock['pip'])} locked packages as locked" in proc.stderr
+    assert f"{len(lock['pip'])} locked packages installed as locked and nothing else (1 git sources" in proc.stderr
     # the fixture was pinned by tag and short SHA; the lock resolved the full commit
     assert labels["io.rlbox.component.fixture"].endswith("@" + manifest["components"]["fixture"]["commit"])
     assert len(manifest["components"]["fixture"]["commit"]) == 40
-    held = sh(client, image, ["cat", "/etc/rlbox/constraints.txt"]).splitlines()
-    assert "six==1.17.0" in held and "decorator==" + lock["pip"]["decorator"] in held
+    # the image installed exactly the lock, hashes required: the fixture's own requirement (idna) came from it
+    held = sh(client, image, ["cat", "/etc/rlbox/requirements.lock"])
+    assert "six==1.17.0 \\\n    --hash=sha256:" in held and "idna==" + lock["pip"]["idna"] in held
+    versions = json.loads(sh(client, image, ["python3", "-c", "import json; from importlib import metadata as m; "
+                                                            "print(json.dumps({d: m.version(d) for d in ('idna', 'six')}))"]))
+    assert versions == {"idna": lock["pip"]["idna"], "six": "1.17.0"}
+
+
+def test_a_git_source_requirement_missing_from_the_lock_fails_the_build_naming_it(tmp_path, fixture_git, ca_bundle,
+                                                                                 selftest_image, client):
+    """Git sources install without resolving: what they declare must be in the lock, or rlbox-verify names it."""
+    from rlbox.image import matrix, render
+
+    repo, daemon = fixture_git
+    tree = selftest.make_tree(tmp_path / "rlbox", daemon.url("fixture.git"), repo.commit, selftest.fixture_patches(repo),
+                              ca_bundle)
+    path = tree / "images" / "lock" / "selftest.json"
+    data = json.loads(path.read_text())
+    del data["variants"][selftest.VARIANT]["pip"]["packages"]["idna"]  # a lock that lost the fixture's requirement
+    path.write_text(json.dumps(data))
+    render.write(matrix.load(tree))
+    proc = rlbox(*selftest.build_argv(tree, ca_bundle, "--tag", "localhost/rlbox-test/unlocked:1")[1:], cwd=tree)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlbox: error: build of selftest:")
+    assert "rlbox-verify: pip check: rlbox-fixture 1.0.0 requires idna, which is not installed." in last
+    with pytest.raises(docker.errors.ImageNotFound):
+        client.images.get("localhost/rlbox-test/unlocked:1")
 
 
 def test_sbom_lists_every_python_and_os_package(client, selftest_image):
-    _, image, _ = selftest_image
+    tree, image, _ = selftest_image
     sbom = json.loads(sh(client, image, ["cat", "/etc/rlbox/sbom.json"]))
     py = {p["name"].lower(): p for p in sbom["python_packages"]}
     assert py["six"]["version"] == "1.17.0" and py["verl"]["version"] == "0.5.0"
     assert py["rlbox-fixture"]["source"].startswith("file:///opt/rlbox/src/fixture")
+    # the SBOM's Python packages from an index are exactly the lock, at its versions
+    lock = json.loads((tree / "dockerfiles" / "selftest" / selftest.VARIANT / "image.json").read_text())["lock"]["pip"]
+    from_lock = {p["name"].lower().replace("_", "-"): p["version"] for p in sbom["python_packages"] if p["origin"] == "lock"}
+    assert from_lock == lock
+    assert py["rlbox-fixture"]["origin"] == "source"
     os_pkgs = {p["name"].split(":")[0]: p["version"] for p in sbom["os_packages"]}
     assert sbom["os_package_manager"] == "dpkg" and "git" in os_pkgs and "libjemalloc2" in os_pkgs
     assert len(os_pkgs) > 100

@@ -115,7 +115,9 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
 @click.option("--base-image", help="Base image to download the OS packages in (default: the locked base).")
 @click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), envvar="RLBOX_CA_BUNDLE",
               help="CA bundle (PEM) for pip behind a TLS-inspecting proxy [env RLBOX_CA_BUNDLE].")
-def fetch_sources_cmd(ref, mirror, base_image, ca_bundle):
+@click.option("--wheels-only", is_flag=True, help="Only the lock's files (wheels and allowed sdists), sha256 checked: e.g. "
+              "to prove an arm64 lock complete from an x86 machine, where no arm64 container runs.")
+def fetch_sources_cmd(ref, mirror, base_image, ca_bundle, wheels_only):
     """Fill .rlbox-sources/ with everything REF's build downloads, for `rlbox build REF --mirror offline`.
 
     The pinned commit of every git source, every locked wheel (plus what git sources need to
@@ -123,6 +125,12 @@ def fetch_sources_cmd(ref, mirror, base_image, ca_bundle):
     """
     m = matrix()
     variant = m.get(ref)
+    if wheels_only:
+        count = sources.fetch_locked(variant, sources.default_dest(variant).resolve(), ca_bundle,
+                                     echo=lambda line: note(f"fetch-sources {ref}: {line}"))
+        click.echo(f"{mirrors.SOURCES_DIR}/: {count} locked files for {ref} ({variant.platform}, Python "
+                   f"{variant.release.python}), each matching its locked sha256")
+        return
     profile = mirrors.get(m.root, mirror) if mirror else None
     got = sources.fetch(variant, profile=profile, ca_bundle=ca_bundle, base_image=base_image,
                         echo=lambda line: note(f"fetch-sources {ref}: {line}"))
