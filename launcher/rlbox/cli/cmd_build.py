@@ -38,15 +38,19 @@ def render_cmd(check: bool):
 @click.command("lock")
 @click.argument("refs", nargs=-1, metavar="[RELEASE | RELEASE:VARIANT]...")
 @click.option("--check", is_flag=True, help="Resolve nothing; exit 1 listing every variant whose lock is missing or stale.")
-@click.option("--strict", is_flag=True, help="Fail when a base image digest cannot be resolved (CI, where registries are reachable).")
-@click.option("--pip-index", help="Index to resolve wheels from (default https://pypi.org/simple).")
+@click.option("--strict", is_flag=True, help="Fail on anything not resolved for real: a base digest, an unreachable "
+              "index, a stand-in (CI, where registries, GitHub and every index are reachable).")
+@click.option("--pip-index", help="Index to resolve from (default https://pypi.org/simple).")
 @click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), envvar="RLBOX_CA_BUNDLE",
               help="CA bundle (PEM) for pip behind a TLS-inspecting proxy [env RLBOX_CA_BUNDLE].")
 def lock_cmd(refs, check, strict, pip_index, ca_bundle):
-    """Resolve base digests, git refs and every pip wheel into images/lock/RELEASE.json.
+    """Resolve everything a build installs into images/lock/RELEASE.json.
 
-    Builds install under the lock; `rlbox lock --check` fails when images/ and the lock disagree.
-    With no argument, every release is locked (or checked).
+    Base digests, git refs and the version each git source reports, and the whole Python set
+    for the variant's platform and Python (uv): PyPI pins, CANN's packages and every git
+    source's own requirements read at its pinned commit (from .rlbox-sources/git, fetched there
+    if missing), one file with its sha256 each. Builds install exactly the lock; `rlbox lock
+    --check` fails when images/ and the lock disagree. With no argument, every release.
     """
     m = matrix()
     chosen = m.select(refs)
