@@ -4,19 +4,17 @@ docs/research/verl-startup-and-ray.md for each rule's file:line at both pinned c
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+
 import pytest
 
 from rlbox.cluster.preflight import validate
 
 MAIN_PPO = ["python3", "-m", "verl.trainer.main_ppo"]
 # valid for verl at both commits on 1 x 8 NPUs (the research's BASE)
-BASE = ["trainer.nnodes=1", "trainer.n_gpus_per_node=8", "trainer.device=npu", "algorithm.adv_estimator=grpo",
-        "data.train_batch_size=128", "actor_rollout_ref.rollout.n=5", "actor_rollout_ref.actor.ppo_mini_batch_size=64",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=20", "actor_rollout_ref.actor.use_kl_loss=True",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.model.path=/m"]
+BASE = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures" / "verl_rules" / "base.yaml").read_text())
 A = "actor_rollout_ref.actor."
 
 

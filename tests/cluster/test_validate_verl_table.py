@@ -18,13 +18,7 @@ HERE = Path(__file__).resolve().parents[1] / "fixtures" / "verl_rules"
 ROWS = yaml.safe_load((HERE / "cases.yaml").read_text())
 DEFAULTS = yaml.safe_load((HERE / "defaults.yaml").read_text())
 COMMITS = {verl_rules.A[:7]: verl_rules.A, verl_rules.B[:7]: verl_rules.B}
-BASE = ["trainer.nnodes=1", "trainer.n_gpus_per_node=8", "trainer.device=npu", "algorithm.adv_estimator=grpo",
-        "data.train_batch_size=128", "actor_rollout_ref.rollout.n=5", "actor_rollout_ref.actor.ppo_mini_batch_size=64",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=20", "actor_rollout_ref.actor.use_kl_loss=True",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.model.path=/m"]
+BASE = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures" / "verl_rules" / "base.yaml").read_text())
 
 
 def problems(row, short: str, extra: list[str]) -> list[str]:
