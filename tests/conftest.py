@@ -140,8 +140,8 @@ def workflow_image(sim_image, tmp_path_factory):
             pytest.fail(msg)
         pytest.skip(msg)
     base = tmp_path_factory.mktemp("workflow")
-    tree = wf.make_tree(base / "rlbox")
     with wf.WheelIndex(base / "index", wheel):
+        tree = wf.make_tree(base / "rlbox")
         proc = rlbox("build", f"workflow:{wf.VARIANT}", "--network", "host", "--tag", image,
                      "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt", cwd=tree)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -76,11 +76,16 @@ def image() -> str:
 
 
 def make_tree(dest: Path) -> Path:
-    from rlbox.image import matrix
-    from rlbox.image import render
+    """The tree, locked (the whole Python set: PyPI, and torch from the loopback index, which must
+    be serving: WheelIndex) and rendered."""
+    from rlbox.image import matrix, render, resolve
 
     selftest.base_tree(dest, ("hardware.yaml", "defaults.yaml", "rlbox_sim.yaml"))
     (dest / "images" / "workflow.yaml").write_text(yaml.safe_dump(manifest(), sort_keys=False))
+    (dest / "images" / "lock").mkdir()
+    shutil.copy(REPO / "images" / "lock" / "rlbox_sim.json", dest / "images" / "lock" / "rlbox_sim.json")
+    m = matrix.load(dest)
+    resolve.lock(m, m.select([f"workflow:{VARIANT}"]), ca_bundle=Path("/etc/ssl/certs/ca-certificates.crt"))
     render.write(matrix.load(dest))
     return dest
 

@@ -241,6 +241,8 @@ class ResolvedVariant:
                 "pip": {name: p["version"] for name, p in self.lock.pip.items()},
                 "excluded": sorted(self.lock.section.get("excluded", {})),
                 "dropped": sorted({d["requirement"].split(";")[0].strip() for d in self.lock.section.get("dropped", [])}),
+                "no_deps": sorted(c.spec.pip.split("==")[0].split("[")[0] for c in self.components
+                                  if c.spec.pip and "--no-deps" in c.spec.pip_args),
                 "standins": sorted(n for n, p in self.lock.pip.items() if p.get("standin_for"))
                 + sorted(n for n, g in ((self.lock.entry or {}).get("git") or {}).items()
                          if g.get("standin") and self.lock.state == "fresh"),

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import Requirement
 
@@ -274,7 +274,7 @@ def best_file(pkg: dict[str, Any], ranked: dict) -> dict[str, Any]:
         return pkg["sdist"]
 
     def rank(w):
-        _, _, _, wtags = parse_wheel_filename(w["url"].rsplit("/", 1)[-1])
+        _, _, _, wtags = parse_wheel_filename(unquote(w["url"].rsplit("/", 1)[-1]))
         return min((ranked.get(t, len(ranked)) for t in wtags), default=len(ranked))
 
     best = min(wheels, key=rank)
@@ -294,7 +294,7 @@ def packages(found: list[dict[str, Any]], indexes: list[str], p: Plan, v: "Resol
         f = best_file(pkg, ranked)
         url = f.get("url", "")
         name = canonical(pkg["name"])
-        entry = {"version": pkg["version"], "file": url.rsplit("/", 1)[-1], "url": url,
+        entry = {"version": pkg["version"], "file": unquote(url.rsplit("/", 1)[-1]), "url": url,
                  "sha256": f.get("hashes", {}).get("sha256", ""), "size": f.get("size"),
                  "index": pkg.get("index") or index_of(url, indexes)}
         out[name] = entry

@@ -79,6 +79,9 @@ def locked_requirements(variant: ResolvedVariant, sdists: bool = False) -> str:
             head.append(f"# UNRESOLVED here: {line}")
     only = {canonical(n) for n in variant.release.sdist_only}
     keep = {n: p for n, p in variant.lock.pip.items() if (n in only) == sdists}
+    primary = (variant.lock.section.get("indexes") or ["https://pypi.org/simple"])[0]
+    for index in sorted({p.get("index") for p in keep.values()} - {primary, None}):
+        head.append(f"--extra-index-url {index}")  # where those files are (an offline build ignores it)
     body = "".join(f"{n}=={p['version']} \\\n    --hash=sha256:{p['sha256']}\n" for n, p in sorted(keep.items()))
     return "\n".join(head) + "\n" + body
 
