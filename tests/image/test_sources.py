@@ -26,11 +26,13 @@ def test_offline_build_uses_only_the_source_cache(tmp_path, fixture_git, ca_bund
                               selftest.fixture_patches(repo), ca_bundle)
     build = ("build", selftest.REF, "--mirror", "offline", "--no-cache", "--tag", OFFLINE_TAG)
 
-    # Nothing fetched yet: refused before BuildKit starts, naming the missing piece and the fix.
+    # `rlbox lock` read the fixture's requirements from its source: the cache holds its history
+    assert (tree / ".rlbox-sources" / "git" / f"fixture-{repo.commit}.git").is_dir()
+    # No locked file fetched yet: refused before BuildKit starts, naming the missing piece and the fix.
     proc = rlbox(*build, cwd=tree)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0
-    assert f"offline build of {selftest.REF}: .rlbox-sources/git/fixture-{repo.commit}.git is missing" in proc.stderr
+    assert f"offline build of {selftest.REF}: .rlbox-sources/wheels/" in proc.stderr
     assert f"run `rlbox fetch-sources {selftest.REF}`" in proc.stderr
 
     proc = rlbox("fetch-sources", selftest.REF, "--ca-bundle", ca_bundle, cwd=tree)
@@ -39,7 +41,7 @@ def test_offline_build_uses_only_the_source_cache(tmp_path, fixture_git, ca_bund
     cache = tree / ".rlbox-sources"
     assert (cache / "git" / f"fixture-{repo.commit}.git").is_dir()
     wheels = {p.name.split("-")[0].lower() for p in (cache / "wheels").glob("*/*.whl")}
-    assert {"six", "decorator", "verl", "setuptools"} <= wheels  # locked + the fixture's build backend
+    assert {"six", "decorator", "verl", "setuptools", "idna"} <= wheels  # locked: the fixture's build backend and requirement
     debs = (cache / "debs").glob("debian12-*/Packages")
     assert "Package: git" in next(debs).read_text()
 
