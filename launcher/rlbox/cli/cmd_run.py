@@ -11,6 +11,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from rlbox.cli import cmd_k8s
 from rlbox.cli.common import NAME, RUNS_DIR, SECONDS, err, out
 from rlbox.cluster import execute, launch
 from rlbox.cluster import sim as sim_hosts
@@ -21,6 +22,13 @@ from rlbox.training import triage
 
 
 @click.command("run", context_settings={"ignore_unknown_options": False})
+@click.option("--backend", type=click.Choice(["hosts", "kuberay"]), default="hosts", show_default=True,
+              help="hosts: containers over ssh (--hosts/--cluster/--sim); kuberay: a KubeRay RayJob on --nodes pods "
+                   "(--k8s-profile; --dry-run prints the manifest, else `kubectl apply`).")
+@cmd_k8s.PROFILE
+@cmd_k8s.SCHEDULER
+@cmd_k8s.QUEUE
+@cmd_k8s.DEADLINE
 @click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head): HOST, USER@HOST or USER@HOST:PORT.")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Cluster YAML (per-host ssh, nic, mounts) or a hostfile.")
@@ -41,7 +49,8 @@ from rlbox.training import triage
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Recipe parameter (model path, data files, checkpoint dir).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Extra or replacing Hydra override for the recipe.")
 @click.option("--smoke-test", is_flag=True, help="Job: check that every NPU of every node is visible through Ray.")
-@click.option("--timeout", type=SECONDS, default=300, show_default=True, help="Seconds to wait for every NPU to join.")
+@click.option("--timeout", type=SECONDS, default=300, show_default=True,
+              help="Seconds to wait for every NPU to join (kuberay: preRunningDeadlineSeconds).")
 @click.option("--detach", is_flag=True, help="Return once the job is submitted; follow with `rlbox logs -f`, end with `rlbox stop`.")
 @click.option("--keep", is_flag=True, help="Keep the cluster up after the job ends (remove it with `rlbox stop`).")
 @click.option("--max-restarts", type=click.IntRange(min=0), metavar="N",
@@ -59,7 +68,7 @@ from rlbox.training import triage
 @click.option("--no-doctor", is_flag=True, help="Skip the per-node pre-flight checks (rlbox doctor).")
 @RUNS_DIR
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, envs, privileged, name, replace,
+def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, envs, privileged, name, replace,
             recipe, params, sets, smoke_test, timeout, detach, keep, max_restarts, dry_run, sim_driver, cpus, nofile,
             verl_version, verl_config, no_validate, no_doctor, runs_dir, command):
     """Start the training container on every node, bring up Ray, run the job, tear down.
@@ -74,7 +83,28 @@ def run_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, n
     rlbox run --hosts 10.0.0.1,10.0.0.2 --image verl_pt27_25rc3:a3-arm --mount /data \\
         -- python3 -m verl.trainer.main_ppo data.train_files=/data/train.parquet ...
     rlbox run --cluster cluster.yaml --recipe dapo-qwen3-32b-a3 --param model_path=/data/Qwen3-32B
+    rlbox run --backend kuberay --k8s-profile site.yaml --recipe dapo-qwen3-32b-a3 --dry-run > dapo.yaml
     """
+    if backend == "kuberay":
+        if detach or keep or replace or no_doctor:
+            raise RlboxError("--detach, --keep, --replace and --no-doctor are for --backend hosts; a RayJob is "
+                             "followed with kubectl and removed by KubeRay (shutdownAfterJobFinishes)")
+        req = launch.RunRequest(hosts=hosts, cluster_file=cluster_file, nodes=nodes, sim=sim, image=image,
+                                hardware=None if hardware == "auto" else hardware, devices=devices, mounts=list(mounts),
+                                nic=nic, env=list(envs), privileged=privileged, name=name, recipe=recipe,
+                                params=list(params), sets=list(sets), smoke_test=smoke_test, command=list(command),
+                                sim_driver=sim_driver, cpus=cpus, nofile=nofile, dry_run=dry_run,
+                                max_restarts=max_restarts)
+        plan = cmd_k8s.plan_kuberay(req, k8s_profile, scheduler, queue, timeout, deadline)
+        if dry_run:
+            click.echo(plan.describe(), nl=False)
+            return
+        cmd_k8s.validated(plan, recipe=recipe, verl_version=verl_version, verl_config=verl_config,
+                          no_validate=no_validate)
+        cmd_k8s.submit(plan)
+        return
+    if k8s_profile or scheduler or queue or deadline:
+        raise RlboxError("--k8s-profile, --scheduler, --queue and --deadline go with --backend kuberay")
     req = launch.RunRequest(
         hosts=hosts, cluster_file=cluster_file, nodes=nodes, sim=sim, image=image, hardware=hardware,
         devices=devices, mounts=list(mounts), nic=nic, env=list(envs), privileged=privileged, name=name,

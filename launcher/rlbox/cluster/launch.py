@@ -6,6 +6,7 @@ known otherwise (real cluster, no --devices, not a dry run).
 
 from __future__ import annotations
 
+import math
 import platform as _platform
 import re
 import secrets
@@ -15,6 +16,7 @@ from pathlib import Path
 from rlbox.cluster import spec as cluster
 from rlbox.cluster import hosts
 from rlbox.cluster import jobs
+from rlbox.cluster import k8s_profile, kuberay
 from rlbox.image import matrix
 from rlbox.cluster import recipes
 from rlbox.cluster import sharing
@@ -61,14 +63,7 @@ def host_arch_variant() -> str:
 
 def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     """The plan for a run and its run directory. Raises RlboxError on any inconsistency."""
-    if not NAME.fullmatch(req.name):
-        raise RlboxError(f"--name {req.name!r}: use lower-case letters, digits and '-' (max 41)")
-    recipe = recipes.load(req.recipe) if req.recipe else None
-    jobs_given = sum([bool(recipe), bool(req.command), req.smoke_test])
-    if jobs_given > 1:
-        raise RlboxError("give one job: a command after `--`, --recipe NAME, or --smoke-test")
-    if (req.params or req.sets) and not recipe:
-        raise RlboxError("--param and --set go with --recipe (a command after `--` takes key=value itself)")
+    recipe = _recipe_for(req)
 
     # -- hosts ----------------------------------------------------------------------------
     if req.hosts and req.cluster_file:
@@ -101,8 +96,64 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
 
     # -- image and hardware ---------------------------------------------------------------
     m = matrix.load(find_root())
-    image_ref = req.image or spec.image
-    hardware = req.hardware or (spec.hardware if spec.hardware != "auto" else None)
+    image, from_matrix, hardware, profile = _image_and_hardware(req, m, recipe, spec.image, spec.hardware)
+
+    # -- devices --------------------------------------------------------------------------
+    asked = sharing.parse_devices(req.devices) if isinstance(req.devices, str) else req.devices
+    if isinstance(asked, int) and asked <= 0:
+        raise RlboxError("--devices must be positive")
+    if asked is not None:
+        devices = {h.name: asked for h in spec.hosts}
+    elif req.sim:
+        devices = {h.name: h.sim.devices if h.sim.devices is not None else profile.npus_per_node for h in spec.hosts}
+    elif req.dry_run:
+        devices = {h.name: profile.npus_per_node for h in spec.hosts}
+    else:
+        devices = {h.name: hosts.count_devices(h) for h in spec.hosts}
+
+    # -- the run ---------------------------------------------------------------------------
+    run_id = secrets.token_hex(4)
+    run_dir = (req.runs_dir / req.name).resolve()
+    sim_files = None
+    network = None
+    if req.sim:
+        sim_files = str(run_dir / "sim")
+        network = sim.network_for(req.name)
+    npus = min(len(v) if isinstance(v, tuple) else v for v in devices.values())
+    driver_min = _driver_for(m, image)
+    sim_driver = req.sim_driver or driver_min or SIM_DRIVER
+    env = tuple(parse_pairs(req.env, "--env").items())
+    job, restarts = _job_and_restarts(req, recipe, spec.nodes, npus, run_id)
+    plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
+                    sim_files=sim_files, network=network, privileged=req.privileged, job=job,
+                    extra_env=env, cpus=req.cpus, nofile={h.name: nofile_for(h, req.nofile) for h in spec.hosts},
+                    sim_driver=sim_driver, driver_min=driver_min or (sim_driver if req.sim else None),
+                    driver_max=_driver_for(m, image, "max"))
+    plan = replace(plan, max_restarts=restarts)
+    if req.sim and hardware not in sim.CHIPS:
+        raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
+    return replace(plan, image_ref=from_matrix), run_dir
+
+
+def _recipe_for(req: RunRequest) -> recipes.Recipe | None:
+    """The run's name checked, its recipe loaded, and one job asked for at most."""
+    if not NAME.fullmatch(req.name):
+        raise RlboxError(f"--name {req.name!r}: use lower-case letters, digits and '-' (max 41)")
+    recipe = recipes.load(req.recipe) if req.recipe else None
+    jobs_given = sum([bool(recipe), bool(req.command), req.smoke_test])
+    if jobs_given > 1:
+        raise RlboxError("give one job: a command after `--`, --recipe NAME, or --smoke-test")
+    if (req.params or req.sets) and not recipe:
+        raise RlboxError("--param and --set go with --recipe (a command after `--` takes key=value itself)")
+    return recipe
+
+
+def _image_and_hardware(req: RunRequest, m: matrix.Matrix, recipe: recipes.Recipe | None, spec_image: str | None,
+                        spec_hardware: str) -> tuple[str, str | None, str, Profile]:
+    """The image reference, the RELEASE:VARIANT it comes from (when from the matrix), the
+    hardware and its profile, from --image/--hardware, the cluster file and the recipe."""
+    image_ref = req.image or spec_image
+    hardware = req.hardware or (spec_hardware if spec_hardware != "auto" else None)
     if hardware and hardware not in cluster.HARDWARE_CHOICES:
         raise RlboxError(f"--hardware {hardware}: choose one of {', '.join(cluster.HARDWARE_CHOICES)}")
     if hardware == "auto":
@@ -132,54 +183,28 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     _reference(image)
     from_matrix = image_ref if image_ref and m.image_for(image_ref)[1] is not None else None
 
-    # -- devices --------------------------------------------------------------------------
-    asked = sharing.parse_devices(req.devices) if isinstance(req.devices, str) else req.devices
-    if isinstance(asked, int) and asked <= 0:
-        raise RlboxError("--devices must be positive")
-    if asked is not None:
-        devices = {h.name: asked for h in spec.hosts}
-    elif req.sim:
-        devices = {h.name: h.sim.devices if h.sim.devices is not None else profile.npus_per_node for h in spec.hosts}
-    elif req.dry_run:
-        devices = {h.name: profile.npus_per_node for h in spec.hosts}
-    else:
-        devices = {h.name: hosts.count_devices(h) for h in spec.hosts}
+    return image, from_matrix, hardware, profile
 
-    # -- the run ---------------------------------------------------------------------------
-    run_id = secrets.token_hex(4)
-    run_dir = (req.runs_dir / req.name).resolve()
-    sim_files = None
-    network = None
-    if req.sim:
-        sim_files = str(run_dir / "sim")
-        network = sim.network_for(req.name)
-    npus = min(len(v) if isinstance(v, tuple) else v for v in devices.values())
-    driver_min = _driver_for(m, image)
-    sim_driver = req.sim_driver or driver_min or SIM_DRIVER
-    env = tuple(parse_pairs(req.env, "--env").items())
+
+def _job_and_restarts(req: RunRequest, recipe: recipes.Recipe | None, nodes: int, npus: int,
+                      run_id: str) -> tuple[JobPlan | None, int]:
+    """The job (smoke test, recipe or command; trainer.nnodes/n_gpus_per_node from the cluster)
+    and how many restarts the run allows."""
     job: JobPlan | None = None
     if req.smoke_test:
         job = jobs.smoke_job(run=req.name, run_id=run_id)
     elif recipe:
         argv, job_env = recipe.resolve(parse_pairs(req.params, "--param"), list(req.sets))
-        job = jobs.plan_job(argv, nodes=spec.nodes, npus_per_node=npus, run=req.name, run_id=run_id,
+        job = jobs.plan_job(argv, nodes=nodes, npus_per_node=npus, run=req.name, run_id=run_id,
                             working_dir=recipe.working_dir, env=job_env, description=f"recipe {recipe.name}")
     elif req.command:
-        job = jobs.plan_job(list(req.command), nodes=spec.nodes, npus_per_node=npus, run=req.name, run_id=run_id)
-    plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
-                    sim_files=sim_files, network=network, privileged=req.privileged, job=job,
-                    extra_env=env, cpus=req.cpus, nofile={h.name: nofile_for(h, req.nofile) for h in spec.hosts},
-                    sim_driver=sim_driver, driver_min=driver_min or (sim_driver if req.sim else None),
-                    driver_max=_driver_for(m, image, "max"))
+        job = jobs.plan_job(list(req.command), nodes=nodes, npus_per_node=npus, run=req.name, run_id=run_id)
     restarts = req.max_restarts if req.max_restarts is not None else (recipe.max_restarts if recipe else 0)
     if restarts < 0:
         raise RlboxError("--max-restarts must be 0 or more")
     if restarts and job is None:
         raise RlboxError("--max-restarts needs a job (a command after `--`, --recipe or --smoke-test)")
-    plan = replace(plan, max_restarts=restarts)
-    if req.sim and hardware not in sim.CHIPS:
-        raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
-    return replace(plan, image_ref=from_matrix), run_dir
+    return job, restarts
 
 
 def _reference(text: str) -> None:
@@ -230,3 +255,47 @@ def plan_for_validation(*, hosts: str | None, cluster_file: Path | None, nodes: 
                      dry_run=True, mounts=list(mounts or ()), max_restarts=max_restarts)
     plan, _ = prepare(req)
     return plan, rec
+
+
+def prepare_kuberay(req: RunRequest, profile_file: Path | None, *, scheduler: str | None = None,
+                    queue: str | None = None, timeout: int | None = None,
+                    deadline: int | None = None) -> kuberay.RayJobPlan:
+    """The run as a KubeRay RayJob: the same job, image, hardware and restarts as `prepare`,
+    on ``--nodes`` pods of the profile's cluster instead of hosts."""
+    recipe = _recipe_for(req)
+    refused = [flag for flag, given in (("--hosts", req.hosts), ("--cluster", req.cluster_file), ("--sim", req.sim),
+                                        ("--privileged", req.privileged), ("--sim-driver", req.sim_driver),
+                                        ("--nofile", req.nofile)) if given]
+    if refused:
+        raise RlboxError(f"{refused[0]} is for --backend hosts; a KubeRay run takes --nodes and --k8s-profile FILE")
+    if profile_file is None:
+        raise RlboxError("--backend kuberay needs --k8s-profile FILE (device plugin resource name, namespace, volumes)")
+    profile = k8s_profile.load(profile_file)
+    nodes = req.nodes or (recipe.nodes if recipe else None)
+    if not nodes:
+        raise RlboxError("--backend kuberay needs --nodes N (or a recipe, which names its nodes)")
+    if req.nic and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,14}", req.nic):
+        raise RlboxError(f"--nic {req.nic!r}: not an interface name")
+    mounts = tuple(cluster.Mount.parse(m) for m in req.mounts)
+    m = matrix.load(find_root())
+    image, from_matrix, hardware, hw = _image_and_hardware(req, m, recipe, None, "auto")
+    per_node = profile.npus_per_node or hw.npus_per_node
+    asked = sharing.parse_devices(req.devices) if isinstance(req.devices, str) else req.devices
+    if isinstance(asked, int) and asked <= 0:
+        raise RlboxError("--devices must be positive")
+    ids = tuple(range(asked)) if isinstance(asked, int) else (asked or tuple(range(per_node)))
+    if max(ids) >= per_node:
+        what = f"{len(ids)} NPUs" if isinstance(asked, int) else f"NPU {max(ids)}"
+        raise RlboxError(f"--devices {req.devices}: {what} asked, but a node of {profile_file} offers {per_node} "
+                         f"({profile.resource_name}, npus_per_node); ask for at most {per_node}")
+    run_id = secrets.token_hex(4)
+    job, restarts = _job_and_restarts(req, recipe, nodes, len(ids), run_id)
+    plan = kuberay.plan_rayjob(run=req.name, run_id=run_id, image=image, hardware=hardware, nodes=nodes, npus=len(ids),
+                               slot=min(ids), job=job, profile=profile, profile_source=str(profile_file), mounts=mounts,
+                               extra_env=tuple(parse_pairs(req.env, "--env").items()), nic=req.nic, cpus=req.cpus,
+                               max_restarts=restarts, timeout=math.ceil(timeout) if timeout else None, deadline=deadline, scheduler=scheduler,
+                               queue=queue)
+    if not isinstance(asked, int) and asked:
+        plan = replace(plan, notes=plan.notes + (f"--devices {req.devices}: {len(ids)} NPUs per pod; the device "
+                                                 "plugin chooses which (ports follow the lowest id asked)",))
+    return replace(plan, image_ref=from_matrix)

@@ -101,3 +101,12 @@ def validate_plan(plan: RunPlan, argv: list[str], tree, warn) -> str:
                           mounts=shared_mounts(plan)), tree, warn)
     return (f"valid: {argv[2] if len(argv) > 2 else ''} with {len(validate.hydra_overrides(argv))} overrides "
             f"for {len(plan.nodes)} x {plan.npus_per_node} NPUs against {tree.origin}")
+
+
+def validate_rayjob(plan, tree, warn) -> str:
+    """A KubeRay run's verl job checked as `rlbox run --hosts` checks it, before the manifest is
+    written or applied: the pods' shape, restarts, and the profile's writable volumes as mounts."""
+    argv = list(plan.job.argv) if plan.job else []
+    report(validate.check(tree, argv, plan.nodes, plan.npus_per_node, restarts=plan.max_restarts,
+                          mounts=plan.shared_mounts), tree, warn)
+    return f"job overrides valid against {tree.origin}"

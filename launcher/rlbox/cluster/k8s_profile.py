@@ -1,0 +1,150 @@
+"""A Kubernetes cluster profile: what differs between Ascend Kubernetes sites, as data.
+
+Profile YAML (``rlbox run --backend kuberay --k8s-profile FILE``)::
+
+    resource_name: huawei.com/Ascend910   # the device plugin's extended resource (MindCluster);
+                                          # HAMi: huawei.com/Ascend910B3 style; verl CI: huawei.com/ascend-1980
+    npus_per_node: 16                     # what one node offers (default: the hardware profile's)
+    namespace: rl
+    service_account: rlbox-runner
+    image_pull_secret: swr-pull
+    node_selector: {accelerator: huawei-Ascend910}
+    tolerations: [{key: huawei.com/Ascend910, operator: Exists, effect: NoSchedule}]
+    volumes:                              # on every pod; a --mount must name one of these paths
+      - {name: data, path: /data, pvc: shared-data}
+      - {name: ckpt, path: /ckpt, host_path: /mnt/ckpt}
+    shm_size: 64Gi                        # /dev/shm: a memory-backed emptyDir of this size
+    nic: eth0                             # HCCL/GLOO/TP socket interface inside the pods
+    cpu: "64"                             # optional requests = limits per pod
+    memory: 512Gi
+    scheduler: volcano                    # default | volcano (gang scheduling; --scheduler)
+    queue: rl-queue                       # Volcano queue (--queue)
+
+Pure parsing; nothing here talks to a cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from rlbox.core.config import Strict, read_yaml, validate
+from rlbox.core.errors import RlboxError, did_you_mean
+
+# The Ascend device plugins' resource names: MindCluster's Ascend Device Plugin (910, 910B and
+# 910_93 alike), HAMi's per-chip names (Ascend910B, Ascend910B3, Ascend910B4, ...), and the
+# name of verl's Ascend CI cluster.
+KNOWN_RESOURCES = ("huawei.com/Ascend910", "huawei.com/Ascend910B", "huawei.com/Ascend910B3",
+                   "huawei.com/Ascend910B4", "huawei.com/ascend-1980")
+_RESOURCE = re.compile(r"huawei\.com/(Ascend910(?:[BC]\d?)?|ascend-1980)")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_QUANTITY = re.compile(r"\d+(\.\d+)?(m|Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?")
+
+
+def _dns(value: str | None, pattern: re.Pattern = _DNS_LABEL) -> str | None:
+    if value is not None and not pattern.fullmatch(value):
+        raise ValueError(f"{value!r} is not a Kubernetes name (lower-case letters, digits and '-')")
+    return value
+
+
+class Volume(Strict):
+    name: str
+    path: str = Field(description="mount path inside every pod")
+    pvc: str | None = None
+    host_path: str | None = None
+    read_only: bool = False
+
+    @field_validator("name", "pvc")
+    @classmethod
+    def _names(cls, v: str | None) -> str | None:
+        return _dns(v, _DNS_SUBDOMAIN) if v and "." in v else _dns(v)
+
+    @field_validator("path", "host_path")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"{v!r}: paths must be absolute")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Volume":
+        if (self.pvc is None) == (self.host_path is None):
+            raise ValueError(f"volume {self.name}: give exactly one of pvc: CLAIM or host_path: /DIR")
+        return self
+
+
+class Toleration(Strict):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class K8sProfile(Strict):
+    resource_name: str
+    npus_per_node: int | None = Field(None, gt=0, le=64)
+    namespace: str = "default"
+    service_account: str | None = None
+    image_pull_secret: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    volumes: list[Volume] = Field(default_factory=list)
+    shm_size: str = "64Gi"
+    nic: str = "eth0"
+    cpu: str | None = None
+    memory: str | None = None
+    scheduler: Literal["default", "volcano"] = "default"
+    queue: str | None = None
+
+    @field_validator("resource_name")
+    @classmethod
+    def _resource(cls, v: str) -> str:
+        if not _RESOURCE.fullmatch(v):
+            raise ValueError(f"{v!r} is not an Ascend device plugin resource{did_you_mean(v, KNOWN_RESOURCES)}; "
+                             f"known: {', '.join(KNOWN_RESOURCES)} (HAMi: huawei.com/Ascend910B<N>)")
+        return v
+
+    @field_validator("namespace", "service_account", "image_pull_secret")
+    @classmethod
+    def _k8s_names(cls, v: str | None) -> str | None:
+        return _dns(v, _DNS_SUBDOMAIN)
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, v: str | None) -> str | None:
+        return _dns(v)
+
+    @field_validator("shm_size", "cpu", "memory")
+    @classmethod
+    def _quantity(cls, v: str | None) -> str | None:
+        if v is not None and not _QUANTITY.fullmatch(v):
+            raise ValueError(f"{v!r} is not a Kubernetes quantity (e.g. 64Gi, 500m, 32)")
+        return v
+
+    @field_validator("nic")
+    @classmethod
+    def _nic(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,14}", v):
+            raise ValueError(f"{v!r} is not an interface name")
+        return v
+
+    @model_validator(mode="after")
+    def _unique(self) -> "K8sProfile":
+        for attr in ("name", "path"):
+            seen = [getattr(v, attr) for v in self.volumes]
+            dup = next((x for x in seen if seen.count(x) > 1), None)
+            if dup:
+                raise ValueError(f"two volumes have {attr} {dup}; keep one")
+        return self
+
+
+def load(path: Path) -> K8sProfile:
+    """A profile file, strictly: an unknown key is named with the nearest real one."""
+    data = read_yaml(Path(path), Path.cwd())
+    if not data:
+        raise RlboxError(f"{path}: empty profile; it needs at least resource_name:")
+    return validate(K8sProfile, data, str(path))
