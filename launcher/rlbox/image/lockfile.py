@@ -98,10 +98,13 @@ class VariantLock:
     def pip(self) -> dict[str, dict[str, str]]:
         return ((self.entry or {}).get("pip") or {}).get("packages", {}) if self.state == "fresh" else {}
 
+    @property
+    def git(self) -> dict[str, dict[str, Any]]:
+        """The lock's record of each git component (commit, version, stand-in), when fresh."""
+        return ((self.entry or {}).get("git") or {}) if self.state == "fresh" else {}
+
     def commit(self, component: str) -> str | None:
-        if self.state != "fresh":
-            return None
-        return ((self.entry or {}).get("git") or {}).get(component, {}).get("commit")
+        return self.git.get(component, {}).get("commit")
 
     @property
     def section(self) -> dict[str, Any]:
@@ -110,7 +113,7 @@ class VariantLock:
     def substitutions(self) -> list[str]:
         """Every stand-in this lock holds, one line each (empty for a lock of the real thing)."""
         out = [f"{s['used']} for {s['for']} ({s['why']})" for s in self.section.get("substitutions", [])]
-        for name, g in ((self.entry or {}).get("git") or {}).items() if self.state == "fresh" else ():
+        for name, g in self.git.items():
             if g.get("standin"):
                 out.append(f"{name}: {g['standin']['used']} for {g['standin']['for']} ({g['standin']['why']})")
         return out

@@ -180,7 +180,7 @@ class ResolvedVariant:
         """The environment a git component's install runs with: its manifest ``env`` (hardware
         placeholders filled) and the version its setuptools-scm would compute from full history."""
         env = {k: fill_hardware(val, self) for k, val in c.spec.env.items()}
-        version = (((self.lock.entry or {}).get("git") or {}).get(c.name) or {}).get("version") if self.lock.state == "fresh" else None
+        version = self.lock.git.get(c.name, {}).get("version")
         if version:
             env["SETUPTOOLS_SCM_PRETEND_VERSION"] = version
         return env
@@ -244,11 +244,9 @@ class ResolvedVariant:
                 "no_deps": sorted(c.spec.pip.split("==")[0].split("[")[0] for c in self.components
                                   if c.spec.pip and "--no-deps" in c.spec.pip_args),
                 "standins": sorted(n for n, p in self.lock.pip.items() if p.get("standin_for"))
-                + sorted(n for n, g in ((self.lock.entry or {}).get("git") or {}).items()
-                         if g.get("standin") and self.lock.state == "fresh"),
+                + sorted(n for n, g in self.lock.git.items() if g.get("standin")),
                 "substitutions": self.lock.substitutions(),
-                "versions": {n: g["version"] for n, g in ((self.lock.entry or {}).get("git") or {}).items()
-                             if g.get("version") and self.lock.state == "fresh"},
+                "versions": {n: g["version"] for n, g in self.lock.git.items() if g.get("version")},
             },
         }
 

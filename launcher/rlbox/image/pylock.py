@@ -131,19 +131,12 @@ def standin_file(v: "ResolvedVariant", spec: str, index: str, cache: Path | None
     and the requirements its METADATA declares."""
     import zipfile
 
-    import requests
+    from packaging.utils import parse_wheel_filename
 
     from rlbox.image import sources
 
     name, version = spec.split("==", 1)
-    try:
-        r = requests.get(f"{index.rstrip('/')}/{canonical(name)}/", timeout=30,
-                         headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-        r.raise_for_status()
-        files = [f for f in r.json()["files"] if f["filename"].endswith(".whl")]
-    except (requests.RequestException, ValueError, KeyError) as err:
-        raise RlboxError(f"{v.ref}: cannot list the stand-in {spec} on {index}: {str(err)[:160]}") from None
-    from packaging.utils import parse_wheel_filename
+    files = [f for f in sources.index_files(index, name) if f["filename"].endswith(".whl")]
 
     files = [f for f in files if str(parse_wheel_filename(f["filename"])[1]) == version]
     pkg = {"name": name, "version": version, "wheels": [{"url": f["url"], "hashes": f["hashes"], "size": f.get("size")} for f in files]}

@@ -44,7 +44,7 @@ def default_dest(v: ResolvedVariant) -> Path:
 
 def standin_of(v: ResolvedVariant, name: str) -> dict | None:
     """The lock's record of the sdist standing in for git component ``name``, if any."""
-    return (((v.lock.entry or {}).get("git") or {}).get(name) or {}).get("standin") if v.lock.state == "fresh" else None
+    return v.lock.git.get(name, {}).get("standin")
 
 
 def missing(v: ResolvedVariant, dest: Path | None = None) -> list[str]:
@@ -174,20 +174,28 @@ def download(url: str, want: str, target: Path, *, ca_bundle: Path | None = None
     return target
 
 
-def fetch_sdist(spec: str, dest: Path, *, ca_bundle: Path | None = None, sha: str | None = None) -> tuple[Path, str]:
-    """The PyPI sdist of ``name==version`` in ``dest/sdist/`` (PyPI's JSON simple API names the
-    file and its sha256; `pip download` cannot, when building the metadata needs torch)."""
+def index_files(index: str, name: str, *, ca_bundle: Path | None = None) -> list[dict]:
+    """Every file a PEP 691 (JSON simple API) index lists for project ``name``: filename, url,
+    hashes. PyPI answers it; `pip download` cannot fetch an sdist whose metadata needs torch."""
+    import re
+
     import requests
 
-    name, version = spec.split("==", 1)
-    norm = name.lower().replace("_", "-")
+    norm = re.sub(r"[-_.]+", "-", name).lower()
     try:
-        r = requests.get(f"https://pypi.org/simple/{norm}/", timeout=30, verify=str(ca_bundle) if ca_bundle else True,
+        r = requests.get(f"{index.rstrip('/')}/{norm}/", timeout=30, verify=str(ca_bundle) if ca_bundle else True,
                          headers={"Accept": "application/vnd.pypi.simple.v1+json"})
         r.raise_for_status()
-        files = r.json()["files"]
+        return r.json()["files"]
     except (requests.RequestException, ValueError, KeyError) as err:
-        raise RlboxError(f"fetch-sources: cannot list {name} on PyPI: {str(err)[:160]}") from None
+        raise RlboxError(f"cannot list {name} on {index}: {str(err)[:160]}") from None
+
+
+def fetch_sdist(spec: str, dest: Path, *, ca_bundle: Path | None = None, sha: str | None = None) -> tuple[Path, str]:
+    """The PyPI sdist of ``name==version`` in ``dest/sdist/``, and its URL."""
+    name, version = spec.split("==", 1)
+    norm = name.lower().replace("_", "-")
+    files = index_files("https://pypi.org/simple", name, ca_bundle=ca_bundle)
     stems = {f"{n}-{version}" for n in (name, norm, norm.replace("-", "_"))}
     for f in files:
         fn = f["filename"]
