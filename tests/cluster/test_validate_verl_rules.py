@@ -98,3 +98,13 @@ def test_an_unknown_key_is_always_named_with_the_nearest(verl050, override, near
     assert any(p.startswith(f"{key}: unknown key in ppo_trainer{nearest}") for p in problems), problems
     if also:
         assert any(also in p for p in problems)
+
+
+def test_a_new_key_under_a_node_verl_builds_into_a_dataclass_is_refused(verl050):
+    # verl instantiates `algorithm` (its _target_) into AlgoConfig, which takes no unknown field;
+    # under a plain mapping (data) `+key` is how extra keys are passed, and stays accepted
+    problems = check(verl050, ["+algorithm.kl_penalti=kl"])
+    assert len(problems) == 1 and problems[0].startswith(
+        "algorithm.kl_penalti: unknown field: verl builds algorithm into verl.trainer.config.AlgoConfig, "
+        "which rejects it at start-up; did you mean algorithm.kl_penalty?"), problems
+    assert check(verl050, ["+data.gen_batch_size=64"]) == []

@@ -288,6 +288,13 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
         if unknown:
             problems.append(Problem((key,), f"unknown key in {entry.config_name}{_suggest(key, known)}"
                                             + ("" if ov.is_delete() else " (a new key needs a leading +)")))
+        parent = key.rpartition(".")[0]
+        if (ov.is_add() or ov.is_force_add()) and key not in known and f"{parent}._target_" in known:
+            # verl instantiates this node into its dataclass, which takes no field it does not declare
+            # (research case T03: FSDPActorConfig.__init__() got an unexpected keyword argument)
+            problems.append(Problem((key,), f"unknown field: verl builds {parent} into {known[parent + '._target_']}, "
+                                            f"which rejects it at start-up{_suggest(key, known)}"))
+            continue
         if "filter_groups" in key and not dapo:
             problems.append(Problem((key,), f"filter_groups is a DAPO setting: it needs the DAPO entrypoint "
                                            f"(python3 -m recipe.dapo.main_dapo), not {entry.module}"))
