@@ -88,7 +88,8 @@ def bench_rebuild(ref: str, cold: bool) -> None:
     original = patch.read_bytes()
     try:
         text = original.decode()
-        patch.write_text(text.replace("\n---\n", "\n(bench: an edited patch header)\n---\n", 1))
+        # a new edit every run: the same edit twice would come from the layer cache
+        patch.write_text(text.replace("\n---\n", f"\n(bench: an edited patch header, {time.time_ns()})\n---\n", 1))
         render.write(matrix.load(ROOT))
         edited, rebuilt, _ = timed_build(ref)
     finally:
