@@ -49,6 +49,12 @@ def test_a_real_build_refuses_a_lock_with_substitutions(m):
     assert proc.returncode == 0 and "warning: images/lock/verl_pt27_25rc3.json: the lock of" in proc.stderr
 
 
+def test_an_image_without_cann_is_not_rehearsed_but_built(m):
+    with pytest.raises(Exception) as err:
+        rehearsal.plan(m, "rlbox_sim:amd64", RECIPES)
+    assert str(err.value) == "rlbox_sim:amd64 has no CANN base to stand in for: build it for real with `rlbox build rlbox_sim:amd64`"
+
+
 def test_an_unknown_rehearsal_setting_is_refused(m):
     with pytest.raises(Exception) as err:
         build.plan(m.get("rlbox_sim:amd64"), rehearsal=("no-npu",))

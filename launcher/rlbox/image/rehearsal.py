@@ -77,6 +77,8 @@ def standin_base(v: ResolvedVariant) -> str:
 def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | None = None) -> RehearsalPlan:
     """What ``rlbox rehearse REF`` does; ``recipes`` maps a shipped recipe's name to its record."""
     v = m.get(ref)
+    if v.release.cann.version == "none":
+        raise RlboxError(f"{ref} has no CANN base to stand in for: build it for real with `rlbox build {ref}`")
     if v.lock.state != "fresh" or not v.lock.pip:
         raise RlboxError(f"{v.lock.path}: {ref} has no complete lock ({v.lock.state}): run `rlbox lock {ref}` first")
     base = standin_base(v)
