@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 
 from rlbox.core.errors import RlboxError
@@ -317,7 +316,3 @@ def scm_version(c: "ResolvedComponent", repo: Path, commit: str, read) -> str | 
     from setuptools_scm.version import format_version, meta
 
     return format_version(meta(tag, distance=int(distance), node=node, dirty=False, config=Configuration()))
-
-
-def evaluate(marker: str | None, env: dict[str, str]) -> bool:
-    return marker is None or Marker(marker).evaluate(env)

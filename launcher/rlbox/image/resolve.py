@@ -54,15 +54,9 @@ def resolve(variant: "ResolvedVariant", *, pip_index: str | None = None, ca_bund
             echo(f"{variant.ref}: git {c.name} {c.spec.commit or c.spec.ref}")
             git[c.name] = {"url": c.spec.git, "ref": c.spec.ref, "commit": resolve_commit(variant, c.name, c.spec)}
     cache = cache or sources.default_dest(variant)
-    found: dict[str, requirements.SourceFiles] = {}
-
-    def sources_for(c) -> requirements.SourceFiles:
-        src = source_files(variant, c, git[c.name]["commit"], cache, ca_bundle=ca_bundle, echo=echo)
-        found[c.name] = src
-        return src
-
-    gathered = requirements.gather(variant, sources_for)
-    for name, src in found.items():
+    gathered = requirements.gather(
+        variant, lambda c: source_files(variant, c, git[c.name]["commit"], cache, ca_bundle=ca_bundle, echo=echo))
+    for name, src in gathered.sources.items():
         if src.version:
             git[name]["version"] = src.version
         if src.standin:

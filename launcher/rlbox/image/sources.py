@@ -20,6 +20,7 @@ from pathlib import Path
 from rlbox.core.errors import RlboxError, last_line
 from rlbox.image.matrix import ResolvedVariant
 from rlbox.image.mirrors import SOURCES_DIR, Profile
+from rlbox.image.requirements import canonical
 
 
 def git_dir(dest: Path, name: str, commit: str) -> Path:
@@ -177,13 +178,10 @@ def download(url: str, want: str, target: Path, *, ca_bundle: Path | None = None
 def index_files(index: str, name: str, *, ca_bundle: Path | None = None) -> list[dict]:
     """Every file a PEP 691 (JSON simple API) index lists for project ``name``: filename, url,
     hashes. PyPI answers it; `pip download` cannot fetch an sdist whose metadata needs torch."""
-    import re
-
     import requests
 
-    norm = re.sub(r"[-_.]+", "-", name).lower()
     try:
-        r = requests.get(f"{index.rstrip('/')}/{norm}/", timeout=30, verify=str(ca_bundle) if ca_bundle else True,
+        r = requests.get(f"{index.rstrip('/')}/{canonical(name)}/", timeout=30, verify=str(ca_bundle) if ca_bundle else True,
                          headers={"Accept": "application/vnd.pypi.simple.v1+json"})
         r.raise_for_status()
         return r.json()["files"]
