@@ -67,7 +67,7 @@ class Cluster:
         def check(pair):
             node_plan, node = pair
             try:
-                node.client.images.get(self.plan.image)
+                image_id = node.client.images.get(self.plan.image).id
             except ImageNotFound:
                 raise RlboxError(f"{node_plan.host.name}: image {self.plan.image} is not present; "
                                  f"{self.plan.missing_image_hint()}") from None
@@ -78,10 +78,14 @@ class Cluster:
                     f"{node_plan.host.name}: run '{self.plan.run}' is already live ({live[0].name}); "
                     "stop it (rlbox stop --name ...), pick another --name, or pass --replace"
                 )
+            return image_id
 
-        _, errors = on_every(check, list(zip(self.plan.nodes, self.nodes)))
+        ids, errors = on_every(check, list(zip(self.plan.nodes, self.nodes)))
         if errors:
             raise errors[0]
+        odd = image_skew(self.plan, ids)
+        if odd:
+            raise RlboxError(odd)
 
     def clear(self) -> None:
         """Remove what an earlier run of this name left (exited, or live under --replace)."""
@@ -145,6 +149,19 @@ class Cluster:
         remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None)
         for node in self.nodes:
             node.close()
+
+
+def image_skew(plan: RunPlan, ids: list[str]) -> str | None:
+    """One line naming the node(s) whose image, under the run's tag, is not the one most nodes
+    (the head, on a tie) have; None when every node has the same image."""
+    counts = {i: ids.count(i) for i in ids}
+    if len(counts) < 2:
+        return None
+    common = max(counts, key=lambda i: (counts[i], i == ids[0]))
+    odd = [(n, i) for n, i in zip(plan.nodes, ids) if i != common]
+    names = ", ".join(f"{n.host.name} has {i[7:19] if i.startswith('sha256:') else i[:12]}" for n, i in odd)
+    return (f"image {plan.image} differs between nodes: {names}, the others {common[7:19] if common.startswith('sha256:') else common[:12]}; "
+            "load the same image on every node (docker save | docker load, or pull it again) before running")
 
 
 def _drop_name(plan: RunPlan, nodes: list[Node]) -> None:
