@@ -11,10 +11,11 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench rehearsal sim-image rehearse-image
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench rehearsal rehearsal-sim sim-image rehearse-image
 
 help:
-	@echo "make rehearsal     4-node simulated Atlas A3 cluster: 64 NPUs in Ray, smoke-test job, teardown"
+	@echo "make rehearsal     the production path on a 4-host A3 testbed (namespaces, own engines and sshd; needs root): 64 NPUs, smoke job, teardown"
+	@echo "make rehearsal-sim the same on 4 simulated nodes (containers on this engine): where namespaces are not available"
 	@echo "make test          the whole test suite (engine tests included)"
 	@echo "make setup         provision Docker engine + buildx + sshd, install rlbox into .venv (both above run it)"
 	@echo "make lint          hadolint over every rendered Dockerfile + render --check + lock --check"
@@ -42,7 +43,12 @@ rehearse-image: setup
 	$(if $(MIRRORS),$(VENV) bash tools/sources-from-mirrors.sh $(MIRRORS))
 	$(RLBOX) rehearse $(REF) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
+# The production path (`rlbox run --cluster`) on a 4-host A3 testbed (tools/rehearsal.py); it says in
+# one line when namespaces are not available here, and rehearsal-sim is the simulation instead.
 rehearsal: sim-image
+	$(PYTHON) tools/rehearsal.py
+
+rehearsal-sim: sim-image
 	$(RLBOX) run --sim --nodes 4 --hardware a3 --smoke-test
 
 lint: check-dockerfiles

@@ -139,6 +139,13 @@ class Testbed:
                 left += [f"host {h['index']}: {c}" for c in out]
         return left
 
+    def leftovers_prefix(self, prefix: str, index: int) -> list[str]:
+        """rlbox containers (nodes and claims) of runs named ``prefix``... on host ``index``."""
+        out = self.docker(index, "ps", "-a", "--filter", "label=io.rlbox.managed=true",
+                          "--format", '{{.Names}} {{.Label "io.rlbox.run"}}{{.Label "io.rlbox.claim"}}', check=False).stdout
+        return [f"host {index}: {line.split()[0]}" for line in out.splitlines()
+                if len(line.split()) > 1 and line.split()[1].startswith(prefix)]
+
     def remove_runs(self, prefix: str) -> None:
         """Remove every rlbox container of runs named ``prefix``... on every host."""
         for h in self.hosts:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlbox.cluster.hosts import Node, ssh_argv
@@ -57,16 +57,35 @@ class HostView:
     node_plan: NodePlan
     node: Node
     stand_ins: Path | None  # a simulated host's folder
+    fetched: dict[tuple[str, ...], subprocess.CompletedProcess] = field(default_factory=dict)
 
     @property
     def host(self):
         return self.node_plan.host
 
+    @property
+    def remote(self) -> bool:
+        return not self.host.local and self.stand_ins is None
+
     def run(self, argv: list[str], timeout: float = 15) -> subprocess.CompletedProcess:
-        if self.host.local or self.stand_ins is not None:
+        if tuple(argv) in self.fetched:
+            return self.fetched[tuple(argv)]
+        if not self.remote:
             return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         return subprocess.run(ssh_argv(self.host, command=[shlex.join(argv)]),
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def prefetch(self, commands: list[list[str]], timeout: float = 30) -> None:
+        """Run every command on a remote host in one ssh session (one connection instead of one
+        per command: each costs a handshake); `run` then answers from what they printed."""
+        if not self.remote or not commands:
+            return
+        proc = subprocess.run(ssh_argv(self.host, command=[batch_script(commands)]), capture_output=True, text=True,
+                              timeout=timeout + 2 * len(commands), stdin=subprocess.DEVNULL)
+        if proc.returncode == 255:  # ssh itself failed
+            last = (proc.stderr.strip().splitlines() or ["ssh failed"])[-1]
+            raise subprocess.SubprocessError(f"ssh {self.host.name}: {last}")
+        self.fetched.update(batch_results(commands, proc.stdout))
 
     def devices(self) -> tuple[str, ...]:
         if self.stand_ins is not None:
@@ -110,12 +129,44 @@ def gather(node_plan: NodePlan, node: Node, stand_ins: Path | None, plan: RunPla
         return NodeFacts(inspect_error=str(err))
 
 
+_MARK = "\x1e"
+
+
+def batch_script(commands: list[list[str]]) -> str:
+    """One sh script running each command (argv, quoted: data, never shell) and printing, per
+    command, a marker with its index and exit code, its stdout, a marker, its stderr."""
+    lines = ['t=$(mktemp -d) || exit 1', 'trap \'rm -rf "$t"\' EXIT']
+    for i, argv in enumerate(commands):
+        lines.append(f'{{ {shlex.join(argv)}; }} >"$t/o" 2>"$t/e" </dev/null; rc=$?; '
+                     f"printf '\\036%s %s\\n' {i} $rc; cat \"$t/o\"; printf '\\036e\\n'; cat \"$t/e\"")
+    return "\n".join(lines)
+
+
+def batch_results(commands: list[list[str]], stdout: str) -> dict[tuple[str, ...], subprocess.CompletedProcess]:
+    """What batch_script printed, per command; a command it never reached is left out."""
+    out: dict[tuple[str, ...], subprocess.CompletedProcess] = {}
+    parts = stdout.split(_MARK)[1:]
+    for head, err in zip(parts[0::2], parts[1::2]):
+        first, _, text = head.partition("\n")
+        index, _, rc = first.partition(" ")
+        if not (index.isdigit() and rc.lstrip("-").isdigit() and int(index) < len(commands)):
+            continue
+        argv = commands[int(index)]
+        out[tuple(argv)] = subprocess.CompletedProcess(argv, int(rc), text, err.partition("\n")[2])
+    return out
+
+
 def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
     from docker.errors import APIError, ImageNotFound
 
     node_plan = view.node_plan
     client = view.node.client
     info = client.info()
+    view.prefetch([["ls", "-1", "/dev"], ["npu-smi", "info"], ["cat", "/usr/local/Ascend/driver/version.info"],
+                   ["ss", "-Hltn"], ["pgrep", "-f", "[r]aylet|[g]cs_server"], ["sh", "-c", "ulimit -Hn"],
+                   ["df", "-Pk", "/dev/shm"], ["ip", "-o", "route", "get", plan.head],
+                   ["df", "-Pk", info.get("DockerRootDir", "/var/lib/docker")],
+                   *(["test", "-e", m.source] for m in node_plan.container.mounts if not m.target.startswith(DRIVER_TARGETS))])
     devices = view.devices()
     table, table_error = view.npu_smi()
     driver = view.driver_version()

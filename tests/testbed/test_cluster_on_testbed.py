@@ -1,0 +1,163 @@
+"""The production path, `rlbox run --cluster`, on testbed hosts: each its own address, Docker
+engine and sshd, reached over ssh; no --sim anywhere. One 4-host A3 testbed for the session
+(conftest.py); most tests use two of its hosts. Every test ends with nothing of its run left on
+any host (the ``clean`` fixture), and the session's `testbed down` with nothing of the testbed."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from support.job_run import Run
+from support.testbed import REPO, Testbed, rlbox
+
+pytestmark = pytest.mark.engine
+
+
+def run(*args, timeout: float = 600) -> subprocess.CompletedProcess:
+    return rlbox("run", *args, timeout=timeout)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and lines, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert lines[-1].startswith("rlbox: error: "), proc.stderr[-2000:]
+    return lines[-1]
+
+
+def test_four_hosts_bring_up_64_npus_and_the_smoke_job_passes(clean, tmp_path):
+    bed = clean
+    proc = run("--cluster", bed.cluster_file, "--smoke-test", "--name", "tbt-smoke", "--runs-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    err = proc.stderr
+    assert "cluster ready: 4 nodes, 64 NPUs" in err, err[-3000:]
+    assert "pre-flight: 52 checks passed on 4 node(s)" in err, err[-3000:]  # doctor over ssh on every host
+    for i in range(1, 5):
+        assert f"started on {bed.address(i)} (16 NPUs)" in err
+    # the head is host 1's address; each node found its interface towards it (eth0 of its namespace)
+    state = (tmp_path / "tbt-smoke" / "state.json").read_text()
+    assert f'"head": "{bed.address(1)}"' in state and '"transport": "ssh"' in state and '"sim": false' in state
+    log = next(p for p in (tmp_path / "tbt-smoke").glob("*.log")).read_text()
+    assert "64" in log, log[-2000:]
+
+
+def test_the_job_s_exit_code_comes_back_from_two_hosts(clean, tmp_path):
+    bed = clean
+    proc = run("--cluster", bed.cluster(1, 2), "--name", "tbt-exit", "--runs-dir", tmp_path, "--",
+               "python3", "-c", "import sys; print('leaving with 3'); sys.exit(3)")
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "leaving with 3" in proc.stdout
+    assert one_line_error(proc).startswith("rlbox: error: job of run 'tbt-exit' FAILED with exit code 3")
+
+
+def test_node_routes_to_the_head_and_picks_its_interface(clean, tmp_path):
+    """The node script on each host: its own address, eth0 (the interface routing to the head)."""
+    bed = clean
+    proc = run("--cluster", bed.cluster(3, 4), "--name", "tbt-nic", "--runs-dir", tmp_path, "--",
+               "python3", "-c", "import ray, os; ray.init(address='auto');"
+               "f = ray.remote(num_cpus=0)(lambda: (ray.util.get_node_ip_address(), os.environ['HCCL_SOCKET_IFNAME'],"
+               " os.environ['GLOO_SOCKET_IFNAME'], os.environ['HCCL_IF_IP']));"
+               "print(sorted(set(ray.get([f.options(scheduling_strategy=ray.util.scheduling_strategies"
+               ".NodeAffinitySchedulingStrategy(n['NodeID'], soft=False)).remote() for n in ray.nodes() if n['Alive']]))))")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a3, a4 = bed.address(3), bed.address(4)
+    assert f"[('{a3}', 'eth0', 'eth0', '{a3}'), ('{a4}', 'eth0', 'eth0', '{a4}')]" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_worker_lost_with_restarts_resumes_on_the_testbed(clean, tmp_path):
+    bed = clean
+    steps = 6
+    job = Run(tmp_path / "runs", tmp_path / "shared", "tbt-resume", steps, "--max-restarts", "1",
+              where=("--cluster", bed.cluster(1, 2)), engines=(bed.socket(1), bed.socket(2)))
+    job.wait_for("step:2 ", timeout=300)
+    job.kill(1)
+    code = job.finish(timeout=400)
+    err = job.stderr()
+    assert code == 0, err[-3000:]
+    assert f"restart 1/1: node1 ({bed.address(2)}), the worker, was lost" in err, err[-3000:]
+    state = job.state()
+    assert state["restarts"][0]["resumed_step"] >= 2 and state["status"] == "SUCCEEDED"
+    assert f"done: {steps} steps" in job.stdout()
+
+
+def test_ctrl_c_mid_run_leaves_nothing_on_any_host(clean, tmp_path):
+    bed = clean
+    job = Run(tmp_path / "runs", tmp_path / "shared", "tbt-int", 60, where=("--cluster", bed.cluster(1, 2)))
+    job.wait_for("step:1 ", timeout=300)
+    job.proc.send_signal(signal.SIGINT)
+    code = job.finish(timeout=180)
+    err = job.stderr()
+    assert code == 130, err[-2000:]
+    assert "interrupted; every node was cleaned up" in err and "Traceback" not in err
+    assert bed.leftovers("tbt-int") == []
+
+
+def test_two_runs_share_two_hosts_by_npu_ids(clean, tmp_path):
+    bed = clean
+    cluster = bed.cluster(1, 2)
+    job = ["--", "python3", "-c", "import ray, time; ray.init(address='auto'); time.sleep(4);"
+           "print('npus', ray.cluster_resources()['NPU'])"]
+    procs = [subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", "--cluster", cluster, "--devices", ids,
+                               "--name", name, "--runs-dir", str(tmp_path), *job],
+                              cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for ids, name in (("0-7", "tbt-low"), ("8-15", "tbt-high"))]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        assert "npus 16.0" in out, out[-1000:]
+        assert "cluster ready: 2 nodes, 16 NPUs" in err
+
+
+@pytest.mark.parametrize("fault, expected", [
+    ("engine", "rlbox: error: {h2}: Docker engine not reachable over ssh"),
+    ("sshd", "rlbox: error: {h2}: cannot reach over ssh"),
+    ("route", "rlbox: error: pre-flight: node1 ({h2}): ✗ interface: no route to the head {h1}"),
+    ("image", "rlbox: error: image {image} differs between nodes: {h2} has "),
+])
+def test_a_fault_of_one_host_is_named_in_one_line_and_nothing_is_left(clean, tmp_path, fault, expected, sim_image):
+    bed = clean
+    faults = {"engine": lambda: bed.engine_stopped(2), "sshd": lambda: bed.sshd_stopped(2),
+              "route": lambda: bed.no_route_to(2, 1), "image": lambda: bed.image_differs(2, sim_image)}
+    with faults[fault]():
+        proc = run("--cluster", bed.cluster(1, 2), "--smoke-test", "--name", "tbt-fault", "--runs-dir", tmp_path,
+                   timeout=300)
+        line = one_line_error(proc)
+        assert line.startswith(expected.format(h1=bed.address(1), h2=bed.address(2), image=sim_image)), proc.stderr[-2000:]
+        assert bed.address(1) not in line.split(": ", 2)[1] or fault == "route"
+        left = [x for i in (1, 2) for x in bed.leftovers_prefix("tbt-", i)] if fault != "engine" else bed.leftovers_prefix("tbt-", 1)
+        assert left == []
+
+
+def test_a_host_with_fewer_devices_and_an_older_driver_is_named_by_doctor_and_down_leaves_nothing(engine):
+    with Testbed.up(hosts=2, hardware="a3", name="tbd", extra=("--subnet", "10.201.2.0/24", "--host-devices", "2=8",
+                                                                "--host-driver", "2=23.0.rc1")) as bed:
+        proc = rlbox("doctor", "--cluster", bed.cluster_file, "--image", "verl_pt27_25rc3:a3-arm")
+        out = proc.stdout
+        assert proc.returncode == 1, proc.stderr
+        h2 = bed.address(2)
+        lines = [" ".join(line.split()) for line in out.splitlines()]
+        assert any(line.startswith(f"node1 ({h2}) devices ✗ 8 /dev/davinci* (plan: 16") for line in lines), out
+        assert any(line.startswith(f"node1 ({h2}) driver ✗ version.info 23.0.rc1; the image's CANN needs >= 25.3.rc1")
+                   for line in lines), out
+        assert any(line.startswith(f"node0 ({bed.address(1)}) driver ✓ version.info 25.3.rc1") for line in lines), out
+        assert any(line.startswith(f"node0 ({bed.address(1)}) devices ✓ 16 /dev/davinci*") for line in lines), out
+        # each host's own /dev and driver, as a real host has them; this machine's are untouched
+        assert bed.ssh(2, "ls", "/dev").stdout.count("davinci") == 8 + 1  # davinci0-7 and davinci_manager
+        assert "Version=25.3.rc1" in bed.ssh(1, "cat", "/usr/local/Ascend/driver/version.info").stdout
+        assert "Ascend910" in bed.ssh(1, "npu-smi", "info").stdout
+        assert "davinci0" not in subprocess.run(["ls", "/dev"], capture_output=True, text=True).stdout
+        state_dir = bed.record["root"] + "/tbd"
+    from rlbox.testbed.state import HostState, TestbedState
+    from rlbox.testbed import execute
+
+    record = TestbedState(**{**bed.record, "hosts": tuple(HostState(**h) for h in bed.hosts)})
+    assert execute.leftovers(record) == []  # no namespace, link, process, mount, cgroup, rule or folder
+    assert "rlbox-tbd" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "rlbox-tbd" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert state_dir not in open("/proc/self/mountinfo").read()
+    time.sleep(0)
