@@ -109,7 +109,10 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     elif req.dry_run:
         devices = {h.name: profile.npus_per_node for h in spec.hosts}
     else:
-        devices = {h.name: hosts.count_devices(h) for h in spec.hosts}
+        counts, errors = hosts.on_every(hosts.count_devices, spec.hosts)  # one ssh per host, all at once
+        if errors:
+            raise errors[0]
+        devices = {h.name: n for h, n in zip(spec.hosts, counts)}
 
     # -- the run ---------------------------------------------------------------------------
     run_id = secrets.token_hex(4)

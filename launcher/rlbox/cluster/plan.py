@@ -50,7 +50,7 @@ NPROC = 65536
 # nothing from the command line is ever parsed by a shell. It resolves the head's name on the
 # node (a name the operator's machine cannot resolve is fine; so is a simulated head known only
 # to the engine's DNS), finds the interface that routes to the head (unless RLBOX_NIC names
-# one), exports the socket variables from it, waits for the head's GCS port on workers, and
+# one), exports the socket variables from it, waits for the head's GCS and raylet ports on workers, and
 # replaces itself with `ray start ... --block` plus the addresses it found.
 NODE_SCRIPT = r"""set -eu
 role=$1 head=$2 port=$3; shift 3
@@ -78,11 +78,15 @@ if [ -z "$nic" ] || [ -z "$ip" ]; then echo "rlbox-node: no interface routes to 
 export HCCL_SOCKET_IFNAME=${HCCL_SOCKET_IFNAME:-$nic} GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-$nic}
 export TP_SOCKET_IFNAME=${TP_SOCKET_IFNAME:-$nic} HCCL_IF_IP=${HCCL_IF_IP:-$ip}
 echo "rlbox-node: $role on $ip ($nic), head $head:$port"
-if [ "$role" = worker ]; then
+if [ "$role" = worker ]; then  # the head's GCS, then its raylet (same port block): a worker started
+  nm=                            # before the head registered gives up after Ray's own 40 s
+  for a in "$@"; do case $a in --node-manager-port=*) nm=${a#*=} ;; esac; done
   i=0
-  until (exec 3<>"/dev/tcp/$head/$port") 2>/dev/null; do
-    i=$((i + 1)); [ "$i" -lt 3000 ] || { echo "rlbox-node: head $head:$port unreachable" >&2; exit 4; }
-    sleep 0.1
+  for p in $port $nm; do
+    until (exec 3<>"/dev/tcp/$head/$p") 2>/dev/null; do
+      i=$((i + 1)); [ "$i" -lt 3000 ] || { echo "rlbox-node: head $head:$p unreachable" >&2; exit 4; }
+      sleep 0.1
+    done
   done
 fi
 if [ "$role" = head ]; then

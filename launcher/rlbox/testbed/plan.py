@@ -27,7 +27,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rlbox.cluster import sim
@@ -112,6 +112,16 @@ class HostPlan:
     def socket(self) -> str:
         """The host's engine, from this machine."""
         return f"{self.dir}/docker.sock"
+
+    def describe(self) -> str:
+        return (f"# host {self.index}: {self.address} in {self.netns}, {self.devices} NPUs, driver {self.driver}, "
+                f"folder {self.dir}\n"
+                + shlex.join(self.init_argv()[:-3]) + " <HOST_INIT> " + shlex.join(self.init_argv()[-2:]) + "\n"
+                + shlex.join(self.dockerd_argv("<init pid>")) + "\n" + shlex.join(self.sshd_argv("<init pid>")) + "\n")
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"socket": self.socket, "init": self.init_argv(), "dockerd": self.dockerd_argv("<init pid>"),
+                               "sshd": self.sshd_argv("<init pid>")}
 
     def init_argv(self) -> list[str]:
         return ["nsenter", f"--net=/var/run/netns/{self.netns}", "--",
@@ -231,17 +241,22 @@ class TestbedPlan:
         lines += [f"  - host: {h.address}" for h in self.hosts]
         return "\n".join(lines) + "\n"
 
+    def as_dict(self) -> dict:
+        return {"name": self.name, "root": self.root, "subnet": self.subnet, "bridge": self.bridge,
+                "gateway": self.gateway, "hardware": self.hardware, "image": self.image, "nofile": self.nofile,
+                "network": self.network_steps(), "hosts": [h.as_dict() for h in self.hosts],
+                "cluster_file": self.cluster_file, "cluster_yaml": self.cluster_yaml()}
+
     def describe(self) -> str:
         """What `rlbox testbed up --dry-run` prints: every step and process, in order."""
         out = [f"# testbed {self.name}: {len(self.hosts)} {self.hardware} host(s) on {self.subnet} "
                f"(bridge {self.bridge} {self.gateway}), state {self.state_file}"]
         out += [shlex.join(s) for s in self.network_steps()]
         for h in self.hosts:
-            out += ["", f"# host {h.index}: {h.address} in {h.netns}, {h.devices} NPUs, driver {h.driver}, folder {h.dir}",
+            first, *rest = h.describe().splitlines()
+            out += ["", first,
                     f"#   stand-ins: cluster.sim.write_stand_ins({h.dir}/stand-ins, {self.hardware}, {h.devices}, {h.driver})",
-                    shlex.join(h.init_argv()[:-3]) + " <HOST_INIT> " + shlex.join(h.init_argv()[-2:]),
-                    shlex.join(h.dockerd_argv("<init pid>")),
-                    shlex.join(h.sshd_argv("<init pid>"))]
+                    *rest]
         if self.image:
             out += ["", f"# image {self.image}: docker save | docker -H unix://HOSTDIR/docker.sock load, on every host"]
         out += ["", f"# cluster file: {self.cluster_file}", *("#   " + line for line in self.cluster_yaml().splitlines())]
