@@ -163,26 +163,23 @@ class Testbed:
         return state, state.host(index)
 
     @contextlib.contextmanager
+    def _stopped(self, index: int, what: str):
+        from rlbox.testbed import execute
+
+        _, h = self._state(index)
+        getattr(execute, f"stop_{what}")(h)
+        try:
+            yield
+        finally:
+            getattr(execute, f"start_{what}")(h, h.init_pid)
+
     def engine_stopped(self, index: int):
-        from rlbox.testbed import execute
+        """Host ``index``'s dockerd stopped (its containers removed first), started again after."""
+        return self._stopped(index, "engine")
 
-        _, h = self._state(index)
-        execute.stop_engine(h)
-        try:
-            yield
-        finally:
-            execute.start_engine(h, h.init_pid)
-
-    @contextlib.contextmanager
     def sshd_stopped(self, index: int):
-        from rlbox.testbed import execute
-
-        _, h = self._state(index)
-        execute.stop_sshd(h)
-        try:
-            yield
-        finally:
-            execute.start_sshd(h, h.init_pid)
+        """Host ``index``'s sshd stopped, started again after."""
+        return self._stopped(index, "sshd")
 
     @contextlib.contextmanager
     def no_route_to(self, index: int, to: int):

@@ -1,0 +1,84 @@
+"""What only a real cluster (separate hosts, each its own engine) meets, found on the testbed and
+kept here as table tests: one host with another image under the run's tag; a site's open-files
+limit from the cluster file; workers waiting for the head's raylet, not only its GCS."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+import pytest
+
+from rlbox.cluster import launch
+from rlbox.cluster.execute import image_skew
+from rlbox.cluster.plan import NODE_SCRIPT
+
+
+def plan_of(tmp_path, hosts=("10.0.0.1", "10.0.0.2", "10.0.0.3"), extra=""):
+    path = tmp_path / "cluster.yaml"
+    path.write_text("hardware: a3\nimage: localhost/rlbox/sim:amd64\n" + extra
+                    + "ssh: {user: root}\nhosts:\n" + "".join(f"  - host: {h}\n" for h in hosts))
+    plan, _ = launch.prepare(launch.RunRequest(cluster_file=path, dry_run=True, smoke_test=True, runs_dir=tmp_path))
+    return plan
+
+
+A, B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+
+
+@pytest.mark.parametrize("ids, odd", [
+    ((A, A, A), None),
+    ((A, B, A), "10.0.0.2 has bbbbbbbbbbbb, the others aaaaaaaaaaaa"),
+    ((B, A, A), "10.0.0.1 has bbbbbbbbbbbb, the others aaaaaaaaaaaa"),
+    ((A, B, B), "10.0.0.1 has aaaaaaaaaaaa, the others bbbbbbbbbbbb"),
+])
+def test_a_node_with_another_image_under_the_tag_is_named(tmp_path, ids, odd):
+    plan = plan_of(tmp_path)
+    line = image_skew(plan, list(ids))
+    if odd is None:
+        assert line is None
+    else:
+        assert line.startswith(f"image {plan.image} differs between nodes: {odd}; ") and "\n" not in line
+
+
+def test_two_nodes_that_disagree_name_the_worker_not_the_head(tmp_path):
+    plan = plan_of(tmp_path, hosts=("10.0.0.1", "10.0.0.2"))
+    assert "differs between nodes: 10.0.0.2 has bbbbbbbbbbbb, the others aaaaaaaaaaaa" in image_skew(plan, [A, B])
+
+
+def test_the_cluster_file_s_nofile_is_every_node_s_limit_and_the_option_wins(tmp_path):
+    plan = plan_of(tmp_path, extra="nofile: 20000\n")
+    assert {dict((n, s) for n, s, _ in node.container.ulimits)["nofile"] for node in plan.nodes} == {20000}
+    assert "--ulimit nofile=20000:20000" in plan.describe()
+    path = tmp_path / "cluster.yaml"
+    plan, _ = launch.prepare(launch.RunRequest(cluster_file=path, dry_run=True, smoke_test=True, nofile=4096))
+    assert {dict((n, s) for n, s, _ in node.container.ulimits)["nofile"] for node in plan.nodes} == {4096}
+    plan = plan_of(tmp_path)
+    assert {dict((n, s) for n, s, _ in node.container.ulimits)["nofile"] for node in plan.nodes} == {65536}
+
+
+def _listener():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock, sock.getsockname()[1]
+
+
+def test_a_worker_starts_ray_only_once_the_head_s_gcs_and_raylet_both_listen():
+    gcs, gcs_port = _listener()
+    raylet, raylet_port = _listener()
+    gcs.listen()
+    proc = subprocess.Popen(["bash", "-c", NODE_SCRIPT, "rlbox-node", "worker", "127.0.0.1", str(gcs_port),
+                             "echo", "ray-started", f"--node-manager-port={raylet_port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None  # the GCS listens, the head's raylet does not yet: still waiting
+        raylet.listen()
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+        gcs.close()
+        raylet.close()
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1].startswith(f"ray-started --node-manager-port={raylet_port} --node-ip-address=127.0.0.1 "
+                          f"--address=127.0.0.1:{gcs_port}")
