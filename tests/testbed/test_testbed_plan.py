@@ -98,3 +98,15 @@ def test_no_production_module_imports_the_testbed():
     users = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
                    if "rlbox.testbed" in p.read_text() and p.parent.name != "testbed")
     assert users == ["cli/cmd_testbed.py"]
+
+
+def test_root_and_iproute2_are_checked_first_in_one_line(monkeypatch):
+    from rlbox.testbed import execute
+
+    monkeypatch.setattr(execute.os, "geteuid", lambda: 1000)
+    with pytest.raises(RlboxError, match=r"^rlbox testbed needs root .* use `rlbox run --sim` where that is not possible$"):
+        execute.requirements()
+    monkeypatch.setattr(execute.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(execute.shutil, "which", lambda tool: None if tool == "ip" else f"/usr/bin/{tool}")
+    with pytest.raises(RlboxError, match=r"^rlbox testbed needs iproute2 \(`ip`\): apt-get install -y iproute2$"):
+        execute.requirements()
