@@ -218,4 +218,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rlbox.core.errors import RlboxError
+
+    try:
+        sys.exit(main())
+    except RlboxError as err:  # one line, as rlbox says it (the testbed was taken down)
+        raise SystemExit(f"bench: {err}") from None
