@@ -10,6 +10,7 @@ import click
 from rlbox.cli.common import err, note, out
 from rlbox.cluster import deliver, delivery
 from rlbox.cluster import spec as cluster_spec
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
 
@@ -55,7 +56,8 @@ def distribute_cmd(image, hosts, cluster_file, source, via, no_pull, force, dry_
         note(line)
     if not plan.needed:
         return
-    report = deliver.carry_out(plan, by_label, note, tty=err.is_terminal)
+    with engine.sigterm_as_interrupt():  # Ctrl-C and SIGTERM: one cleanup path, never interrupted itself
+        report = deliver.carry_out(plan, by_label, note, tty=err.is_terminal)
     how = []
     if report.delivered:
         how.append(f"streamed to {len(report.delivered)} ({delivery.human(report.sent)} sent)")

@@ -33,6 +33,7 @@ from rlbox.cluster.delivery import DeliveryPlan, ImageFacts, NodeFacts
 from rlbox.cluster.deliver_progress import Progress
 from rlbox.cluster.hosts import on_every, ssh_argv
 from rlbox.cluster.spec import Host
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError, last_line
 from rlbox.registry.reference import Reference
 
@@ -470,6 +471,7 @@ def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bo
             if failures:
                 raise RlboxError("; ".join(f"{n}: load failed ({why})" for n, why in failures.items()))
     except KeyboardInterrupt:
+        engine.ignore_interrupts()  # one cleanup, to its end, however often Ctrl-C is pressed
         if stream is not None:
             stream.stop()
         progress.stop()

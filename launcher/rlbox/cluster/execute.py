@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlbox.cluster import deliver
 from rlbox.cluster import jobs
 from rlbox.cluster import ray
 from rlbox.cluster import sharing
@@ -60,17 +61,11 @@ class Cluster:
 
     # -- bring-up -------------------------------------------------------------------------
     def preflight(self, replace: bool) -> None:
-        """Image present everywhere; no live run of the same name (unless --replace, in which
-        case it is removed later, by `clear`, once every check has passed)."""
-        from docker.errors import ImageNotFound
+        """No live run of the same name (unless --replace, in which case it is removed later, by
+        `clear`, once every check has passed)."""
 
         def check(pair):
             node_plan, node = pair
-            try:
-                node.client.images.get(self.plan.image)
-            except ImageNotFound:
-                raise RlboxError(f"{node_plan.host.name}: image {self.plan.image} is not present; "
-                                 f"{self.plan.missing_image_hint()}") from None
             boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.plan.run}"})
             live = [c for c in boxes if c.status in ("running", "restarting", "created", "paused")]
             if live and not replace:
@@ -205,6 +200,7 @@ def execute(
     max_restarts: int = 0,
     before: Callable[[list[Node]], None] | None = None,
     on_failure: Callable[[list[Node], Path], str | None] | None = None,
+    tty: bool = False,
 ) -> Outcome:
     """Carry out the plan. Tears everything down on failure, Ctrl-C, SIGTERM, or at the end.
 
@@ -224,6 +220,9 @@ def execute(
         with engine.sigterm_as_interrupt():
             try:
                 cluster.preflight(replace)  # refuses a live run of this name before anything else
+                # the image on every node, the same id everywhere: delivered where missing
+                deliver.ensure(plan.image, tuple(n.host for n in plan.nodes), echo,
+                               missing_hint=plan.missing_image_hint(), tty=tty)
                 if plan.sim_files:
                     sim.write_hosts(plan)
                 if before is not None:  # checks that need the engines but must pass before anything starts
