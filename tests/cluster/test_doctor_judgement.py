@@ -197,6 +197,11 @@ ROWS = [
     ("no route to the head", "a3", {"route": "RTNETLINK answers: Network is unreachable\n"}, False,
      "interface", False, "no route to the head 10.0.0.1", "fix routing, or give the NIC with --nic / a host's nic:"),
     ("route not read", "a3", {"route": None}, False, "interface", False, "no route to the head 10.0.0.1", None),
+    ("the head's own address (ip route get says local ... dev lo)", "a3",
+     {"route": "local 10.0.0.1 dev lo table local src 10.0.0.1 uid 0 \\    cache <local> \n"}, False,
+     "interface", True, "the head's address 10.0.0.1 is this host's own", None),
+    ("a prohibit route to the head", "a3", {"route": "RTNETLINK answers: Permission denied\n"}, False,
+     "interface", False, "no route to the head 10.0.0.1", None),
     ("interface given", "a2", {}, False, "interface", True, "enp1 (given)", ""),
     ("interface of the simulated network", "sim", {}, False, "interface", True, "eth0 on rlbox-t-doc-sim (simulated network)", ""),
     # disk and image

@@ -61,11 +61,17 @@ class Cluster:
 
     # -- bring-up -------------------------------------------------------------------------
     def preflight(self, replace: bool) -> None:
-        """No live run of the same name (unless --replace, in which case it is removed later, by
-        `clear`, once every check has passed)."""
+        """Image present everywhere; no live run of the same name (unless --replace, in which
+        case it is removed later, by `clear`, once every check has passed)."""
+        from docker.errors import ImageNotFound
 
         def check(pair):
             node_plan, node = pair
+            try:
+                image_id = node.client.images.get(self.plan.image).id
+            except ImageNotFound:
+                raise RlboxError(f"{node_plan.host.name}: image {self.plan.image} is not present; "
+                                 f"{self.plan.missing_image_hint()}") from None
             boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.plan.run}"})
             live = [c for c in boxes if c.status in ("running", "restarting", "created", "paused")]
             if live and not replace:
@@ -73,10 +79,14 @@ class Cluster:
                     f"{node_plan.host.name}: run '{self.plan.run}' is already live ({live[0].name}); "
                     "stop it (rlbox stop --name ...), pick another --name, or pass --replace"
                 )
+            return image_id
 
-        _, errors = on_every(check, list(zip(self.plan.nodes, self.nodes)))
+        ids, errors = on_every(check, list(zip(self.plan.nodes, self.nodes)))
         if errors:
             raise errors[0]
+        odd = image_skew(self.plan, ids)
+        if odd:
+            raise RlboxError(odd)
 
     def clear(self) -> None:
         """Remove what an earlier run of this name left (exited, or live under --replace)."""
@@ -140,6 +150,19 @@ class Cluster:
         remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None)
         for node in self.nodes:
             node.close()
+
+
+def image_skew(plan: RunPlan, ids: list[str]) -> str | None:
+    """One line naming the node(s) whose image, under the run's tag, is not the one most nodes
+    (the head, on a tie) have; None when every node has the same image."""
+    counts = {i: ids.count(i) for i in ids}
+    if len(counts) < 2:
+        return None
+    common = max(counts, key=lambda i: (counts[i], i == ids[0]))
+    odd = [(n, i) for n, i in zip(plan.nodes, ids) if i != common]
+    names = ", ".join(f"{n.host.name} has {i[7:19] if i.startswith('sha256:') else i[:12]}" for n, i in odd)
+    return (f"image {plan.image} differs between nodes: {names}, the others {common[7:19] if common.startswith('sha256:') else common[:12]}; "
+            "load the same image on every node (docker save | docker load, or pull it again) before running")
 
 
 def _drop_name(plan: RunPlan, nodes: list[Node]) -> None:
@@ -219,10 +242,11 @@ def execute(
     try:
         with engine.sigterm_as_interrupt():
             try:
-                cluster.preflight(replace)  # refuses a live run of this name before anything else
-                # the image on every node, the same id everywhere: delivered where missing
+                # the image on every node: delivered where missing; a node holding another image
+                # under the name is refused (rlbox distribute --force replaces it)
                 deliver.ensure(plan.image, tuple(n.host for n in plan.nodes), echo,
                                missing_hint=plan.missing_image_hint(), tty=tty)
+                cluster.preflight(replace)  # refuses a live run of this name before anything else starts
                 if plan.sim_files:
                     sim.write_hosts(plan)
                 if before is not None:  # checks that need the engines but must pass before anything starts

@@ -126,7 +126,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     job, restarts = _job_and_restarts(req, recipe, spec.nodes, npus, run_id)
     plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
                     sim_files=sim_files, network=network, privileged=req.privileged, job=job,
-                    extra_env=env, cpus=req.cpus, nofile={h.name: nofile_for(h, req.nofile) for h in spec.hosts},
+                    extra_env=env, cpus=req.cpus, nofile={h.name: nofile_for(h, req.nofile if req.nofile is not None else spec.nofile) for h in spec.hosts},
                     sim_driver=sim_driver, driver_min=driver_min or (sim_driver if req.sim else None),
                     driver_max=_driver_for(m, image, "max"))
     plan = replace(plan, max_restarts=restarts)

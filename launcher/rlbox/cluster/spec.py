@@ -8,6 +8,7 @@ Cluster YAML::
     hardware: a3                       # a2 | a3 | ax | auto
     ssh: {user: root, port: 22, identity_file: ~/.ssh/id_ed25519}   # defaults for every host
     mounts: [/data:/data, /home:/home]                               # for every node
+    nofile: 65536                      # open-files limit of the node containers (default 65536; --nofile wins)
     hosts:
       - host: 10.0.0.1                 # node 0 is the Ray head
         nic: enp189s0f0                # optional: socket interface (detected otherwise)
@@ -111,6 +112,7 @@ class ClusterSpec:
     hardware: str = "auto"
     mounts: tuple[Mount, ...] = ()
     source: str = "--hosts"
+    nofile: int | None = None  # the open-files limit of the nodes' containers (the hosts' hard limit)
 
     @property
     def nodes(self) -> int:
@@ -162,6 +164,7 @@ class _ClusterFile(BaseModel):
     hardware: str = "auto"
     ssh: _Ssh = _Ssh()
     mounts: list[str] = Field(default_factory=list)
+    nofile: int | None = Field(None, ge=1024, le=1 << 20)
     hosts: list[_HostEntry] = Field(min_length=1)
 
     @field_validator("hardware")
@@ -242,7 +245,8 @@ def _from_yaml(path: Path, data: dict[str, Any]) -> ClusterSpec:
                 sim=SimHost(**entry.sim.model_dump()),
             )
         )
-    return _checked(ClusterSpec(tuple(hosts), image=doc.image, hardware=doc.hardware, mounts=mounts, source=str(path)))
+    return _checked(ClusterSpec(tuple(hosts), image=doc.image, hardware=doc.hardware, mounts=mounts, source=str(path),
+                                nofile=doc.nofile))
 
 
 def _checked(spec: ClusterSpec) -> ClusterSpec:

@@ -121,8 +121,11 @@ def judge(facts: NodeFacts, node_plan: NodePlan, plan: RunPlan, replace: bool) -
         add("interface", True, f"{node_plan.host.nic} (given)")
     else:
         m = re.search(r"\bdev (\S+)", facts.route or "")
-        add("interface", bool(m), f"{m.group(1)} routes to the head {plan.head}" if m else f"no route to the head {plan.head}",
-            "fix routing, or give the NIC with --nic / a host's nic:")
+        if m and (facts.route or "").startswith("local "):  # the head itself: its address is one of this host's
+            add("interface", True, f"the head's address {plan.head} is this host's own")
+        else:
+            add("interface", bool(m), f"{m.group(1)} routes to the head {plan.head}" if m else f"no route to the head {plan.head}",
+                "fix routing, or give the NIC with --nic / a host's nic:")
 
     # Disk for the image, the image itself
     root, free = facts.docker_root, facts.disk_free_kib
