@@ -141,6 +141,13 @@ class EngineHosts:
     def identity_file(self) -> Path:
         return self.hosts[0].sshd.identity_file
 
+    def ssh_argv(self, host: EngineHost, *remote_cmd: str) -> list[str]:
+        """ssh to ``host`` with the key and known_hosts every host shares."""
+        return ["ssh", "-F", "none", "-i", str(self.identity_file), "-p", str(host.sshd.port),
+                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", f"{host.sshd.user}@{host.address}", "--",
+                *remote_cmd]
+
     def cluster(self, hosts: list[EngineHost] | None = None) -> dict:
         return {"ssh": {"identity_file": str(self.identity_file), "known_hosts": str(self.known_hosts)},
                 "hosts": [{"host": h.address, "ssh": {"port": h.sshd.port}} for h in (hosts or self.hosts)]}

@@ -43,9 +43,13 @@ CHUNK = 1 << 20
 # What the engine holds: the image under the name (id, size, layers) and, asked for, the layers
 # of every image (what `docker load` may skip). Exit 3: no engine.
 GATHER_SCRIPT = r"""set -u
-docker version --format '{{.Server.Version}}' >/dev/null || exit 3
-if out=$(docker image inspect --format '{{.Id}} {{.Size}} {{json .RootFS.Layers}}' -- "$1" 2>/dev/null); then
+if out=$(docker image inspect --format '{{.Id}} {{.Size}} {{json .RootFS.Layers}}' -- "$1" 2>&1); then
     printf 'image %s\n' "$out"
+else
+    case "$out" in
+        *"No such image"*|*"No such object"*) ;;
+        *) printf '%s\n' "$out" >&2; exit 3 ;;
+    esac
 fi
 if [ "$2" = layers ]; then
     ids=$(docker image ls -aq --no-trunc | sort -u)
