@@ -6,6 +6,7 @@ mid-transfer, and `rlbox run`'s own delivery step (deliver.ensure)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from support.engines import EngineHosts
 
 pytestmark = pytest.mark.engine
 TAG = f"ds-t{os.getpid()}"
+REGISTRY = "127.0.0.1:22501"  # Debian's docker-registry, no auth, for the pull path
 
 
 def build(ctx: Path, tag: str, layers: dict[str, int], seed: str) -> str:
@@ -67,16 +69,21 @@ def images(docker_engine, tmp_path_factory):
 def hosts(docker_engine, tmp_path_factory):
     if os.geteuid() != 0:
         pytest.fail("delivery tests start their own dockerd and sshd: run as root")
-    with EngineHosts(tmp_path_factory.mktemp("hosts"), 3, prefix="ds") as hs:
+    with EngineHosts(tmp_path_factory.mktemp("hosts"), 3, prefix="ds", first_address=40,
+                     insecure_registry=REGISTRY) as hs:  # not bench/distribute.py's addresses (.20-)
         yield hs
+
+
+def clear_hosts(hosts) -> None:
+    for h in hosts:
+        ids = h.docker("image", "ls", "-aq").stdout.split()
+        if ids:
+            h.docker("image", "rm", "-f", *set(ids), check=False)
 
 
 @pytest.fixture
 def cluster(hosts, tmp_path):
-    for h in hosts:  # each test starts from empty engines
-        ids = h.docker("image", "ls", "-aq").stdout.split()
-        if ids:
-            h.docker("image", "rm", "-f", *set(ids), check=False)
+    clear_hosts(hosts)  # each test starts from empty engines
     return hosts.cluster_file(tmp_path / "cluster.yaml")
 
 
@@ -87,9 +94,19 @@ def preload(host, image: str) -> None:
 
 
 def leftovers() -> list[str]:
-    """Processes of any delivery (every node of these tests is this machine)."""
+    """Processes of a delivery to these tests' hosts (all on this machine): the launcher's ssh and
+    the nodes' scripts name a host address of this module (127.0.0.40-42)."""
     proc = subprocess.run(["pgrep", "-af", "rlbox-deliver-"], capture_output=True, text=True)
-    return [line for line in proc.stdout.splitlines() if "pgrep" not in line]
+    return [line for line in proc.stdout.splitlines()
+            if "pgrep" not in line and any(f"127.0.0.{40 + i}" in line for i in range(3))]
+
+
+def assert_no_leftovers(wait: float = 30) -> None:
+    """Every delivery process ends: the nodes' scripts exit once their input has ended."""
+    deadline = time.monotonic() + wait
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert leftovers() == []
 
 
 def test_chain_delivers_to_those_missing_and_verifies(hosts, cluster, images):
@@ -101,7 +118,7 @@ def test_chain_delivers_to_those_missing_and_verifies(hosts, cluster, images):
     proc = rlbox("distribute", image, "--cluster", cluster, check=True)
     assert f"{hosts[1].address}: loaded" in proc.stderr and f"{hosts[2].address}: verified" in proc.stderr
     assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
-    assert leftovers() == []
+    assert_no_leftovers()
     again = rlbox("distribute", image, "--cluster", cluster, "--dry-run", check=True).stdout
     assert "nothing to deliver" in again
 
@@ -146,12 +163,28 @@ def test_ctrl_c_mid_transfer_leaves_nothing(hosts, cluster, images):
     last = rest.strip().splitlines()[-1]
     assert last.startswith("rlbox: error: interrupted;") and hosts[2].address in last, rest
     assert [h.image_id(image) for h in hosts] == [None, None, None]
-    deadline = time.monotonic() + 30
-    while leftovers() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert leftovers() == []
+    assert_no_leftovers()
     for h in hosts:  # nothing loaded half: no image at all, no dangling one either
         assert h.docker("image", "ls", "-aq").stdout.strip() == ""
+
+
+def test_a_node_failing_mid_chain_is_named_and_the_others_complete(hosts, cluster, images):
+    spec = cluster_spec.from_file(cluster)
+    image = f"{TAG}-one:1"
+    plan, by_label = deliver.make_plan(image, spec.hosts)
+    assert plan.order == tuple(h.address for h in hosts)
+    hosts[1].stop_engine()  # after the plan: its load fails; it still forwards to the next
+    try:
+        with pytest.raises(RlboxError) as failed:
+            deliver.carry_out(plan, by_label, lambda line: None)
+    finally:
+        hosts[1].start_engine()
+    line = str(failed.value)
+    assert line.startswith(f"{hosts[1].address}: load failed (") and "\n" not in line, line
+    assert f"complete on {hosts[0].address}, {hosts[2].address}" in line, line
+    assert f"could not check {hosts[1].address}" in line, line
+    assert [h.image_id(image) for h in hosts] == [images["one"], None, images["one"]]
+    assert_no_leftovers()
 
 
 def test_run_delivers_and_refuses_a_different_image(hosts, cluster, images):
@@ -168,3 +201,43 @@ def test_run_delivers_and_refuses_a_different_image(hosts, cluster, images):
         deliver.ensure(f"{TAG}-mm:1", spec.hosts, lines.append, missing_hint="build it")
     with pytest.raises(RlboxError, match=f"{hosts[0].address}: image {TAG}-nothing:1 is not present; build it"):
         deliver.ensure(f"{TAG}-nothing:1", spec.hosts, lines.append, missing_hint="build it")
+
+
+@pytest.fixture
+def registry(tmp_path):
+    exe = shutil.which("docker-registry")
+    if exe is None:
+        pytest.fail("the pull path needs Debian's docker-registry (apt-get install docker-registry)")
+    config = tmp_path / "registry.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'data'}\n"
+                      f"http:\n  addr: {REGISTRY}\n")
+    proc = subprocess.Popen([exe, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if subprocess.run(["curl", "-sf", f"http://{REGISTRY}/v2/"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def test_registry_pulls_on_every_node_then_falls_back_to_the_stream(hosts, cluster, images, registry):
+    image = f"{REGISTRY}/{TAG}/one:1"
+    subprocess.run(["docker", "tag", f"{TAG}-one:1", image], check=True)
+    try:
+        subprocess.run(["docker", "push", image], check=True, capture_output=True)
+        dry = rlbox("distribute", image, "--cluster", cluster, "--dry-run", check=True).stdout
+        assert f"registry {REGISTRY}: docker pull on every receiving node at once" in dry
+        proc = rlbox("distribute", image, "--cluster", cluster, check=True)
+        assert proc.stderr.count(": pulled\n") == 3 and "pulled on 3" in proc.stderr
+        assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
+        clear_hosts(hosts)
+        registry.terminate()  # the nodes cannot reach it any more: each falls back to the stream
+        registry.wait()
+        proc = rlbox("distribute", image, "--cluster", cluster, check=True)
+        assert "pull failed on" in proc.stderr and "streamed to 3" in proc.stderr, proc.stderr
+        assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
+    finally:
+        subprocess.run(["docker", "image", "rm", image], capture_output=True)

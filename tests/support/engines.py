@@ -54,6 +54,10 @@ class EngineHost:
         return f"unix://{self.sock}"
 
     def start(self) -> None:
+        self.start_engine()
+        self.sshd = HostSshd(self.root / "ssh", self.address, self.docker_host).__enter__()
+
+    def start_engine(self) -> None:
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         self.exec_root.mkdir(parents=True, exist_ok=True)
         argv = [DOCKERD, "--data-root", str(self.root / "data"), "--exec-root", str(self.exec_root),
@@ -73,7 +77,6 @@ class EngineHost:
             time.sleep(0.2)
         else:
             raise RuntimeError(f"dockerd {self.name} did not answer in 60 s")
-        self.sshd = HostSshd(self.root / "ssh", self.address, self.docker_host).__enter__()
 
     def docker(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "-H", self.docker_host, *args], capture_output=True, text=True,
@@ -87,6 +90,10 @@ class EngineHost:
         if self.sshd is not None:
             self.sshd.__exit__(None, None, None)
             self.sshd = None
+        self.stop_engine()
+        shutil.rmtree(self.exec_root, ignore_errors=True)
+
+    def stop_engine(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             _end_tree(self.proc.pid, timeout=20)
             self.proc.send_signal(signal.SIGTERM)
@@ -99,7 +106,6 @@ class EngineHost:
         netns = self.exec_root / "netns" / "default"
         if netns.exists():
             subprocess.run(["umount", str(netns)], capture_output=True)
-        shutil.rmtree(self.exec_root, ignore_errors=True)
 
 
 class EngineHosts:

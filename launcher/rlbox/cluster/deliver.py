@@ -72,7 +72,9 @@ else
     mkfifo "$dir/load" || { say failed cannot make a fifo; exit 1; }
     docker load <"$dir/load" >"$dir/out" 2>&1 &
     pid=$!
-    tee "$dir/load" | "$@"
+    # GNU tee -p: an output that fails (this node's load, or the next node) is dropped and the
+    # other one still fed, so one bad node does not fail its neighbours
+    if tee -p </dev/null >/dev/null 2>&1; then tee -p "$dir/load"; else tee "$dir/load"; fi | "$@"
     wait "$pid"
     rc=$?
 fi
@@ -324,8 +326,11 @@ class Stream:
                 for n in sink.names:
                     if n not in self.results:
                         self.progress.set(n, "loading")
+        if len(broken) == len(self.sinks):  # no node reads any more: the save is not the cause
+            self.source_proc.terminate()
+            self.source_proc.wait()
         save_err = self.source_proc.stderr.read().decode(errors="replace")
-        if self.source_proc.wait() != 0:
+        if len(broken) < len(self.sinks) and self.source_proc.wait() != 0:
             self.stop()
             where = "this machine" if self.plan.source == "local" else self.plan.source
             raise RlboxError(f"{where}: docker save {self.plan.image} failed ({last_line(save_err)})")
@@ -507,18 +512,26 @@ def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bo
 
 
 def _aftermath(plan: DeliveryPlan, hosts: dict[str, Host]) -> str:
-    """What every receiving node holds after a failure: the right image, or nothing new."""
-    try:
-        now = verify(plan, hosts, plan.order)
-    except RlboxError as err:
-        return f"could not check the nodes afterwards ({err})"
-    done = [n for n, i in now.items() if plan.image_id and i == plan.image_id]
-    rest = [n for n in plan.order if n not in done]
+    """What every receiving node holds after a failure: the right image, or nothing new (a node
+    that cannot be asked is said so)."""
+    def state(name: str):
+        try:
+            facts = gather_one(name, hosts[name], plan.image, False)
+        except RlboxError as err:
+            return err
+        return facts.image.id if facts.image else None
+
+    results, _ = on_every(state, list(plan.order))
+    done = [n for n, i in zip(plan.order, results) if plan.image_id and i == plan.image_id]
+    unknown = [n for n, i in zip(plan.order, results) if isinstance(i, RlboxError)]
+    rest = [n for n in plan.order if n not in done and n not in unknown]
     parts = []
     if done:
         parts.append(f"complete on {', '.join(done)}")
     if rest:
         parts.append(f"not delivered to {', '.join(rest)} (nothing half-loaded there)")
+    if unknown:
+        parts.append(f"could not check {', '.join(unknown)}")
     return "; ".join(parts)
 
 
