@@ -214,5 +214,5 @@ def refusal(p: DeliveryPlan) -> str | None:
     if not p.conflicts:
         return None
     which = ", ".join(f"{t.name} has {short(t.old_id)}" for t in p.conflicts)
-    return (f"a different image is under {p.image} on {which} (the right one is {short(p.image_id)}); "
-            f"replace it with `rlbox distribute {p.image} --force`, or remove it there")
+    return (f"image {p.image} differs between nodes: {which}, the right one {short(p.image_id)}; "
+            f"replace it with `rlbox distribute {p.image} --force` (or remove it there)")
