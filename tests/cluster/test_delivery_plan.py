@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import subprocess
 import tarfile
 
 import pytest
@@ -117,12 +119,50 @@ def test_engines_counted_once():
     assert list(deliver.unique_hosts(hosts)) == ["sim0", "n1:22", "n1:2222"]
 
 
-def test_hop_is_argv_with_quoted_command_and_no_local_key():
+def test_hop_is_argv_without_a_local_key():
     host = Host("n2", ssh_user="ops", ssh_port=2222, identity_file="/home/me/.ssh/id", known_hosts="/etc/kh")
-    argv = deliver.hop(host, ["sh", "-c", "echo $1", "x", "a b; rm -rf /"])
+    argv = deliver.hop(host)
     assert argv[0] == "ssh" and "-A" in argv and "-i" not in argv and "/home/me/.ssh/id" not in argv
-    assert argv[argv.index("--") + 1] == "ops@n2"
-    assert argv[-1] == "sh -c 'echo $1' x 'a b; rm -rf /'"  # one word for the remote shell, quoted
+    assert argv[-2:] == ["--", "ops@n2"] and "UserKnownHostsFile=/etc/kh" in argv
+
+
+def test_a_long_chain_grows_linearly():
+    hosts = {f"n{i}": Host(f"n{i}", ssh_port=22) for i in range(64)}
+    p = delivery.plan("img:1", RIGHT, tuple(NodeFacts(n) for n in hosts))
+    stream = deliver.Stream(p, hosts, progress=None, env={})
+    stream.build(p.order)
+    (sink,) = stream.sinks
+    assert sink.names == p.order
+    assert len(" ".join(sink.argv)) < 3 * len(deliver.NODE_SCRIPT) + 64 * 400  # no nested quoting
+
+
+FAKE_DOCKER = """#!/bin/sh
+[ "$1" = load ] || exit 64
+f=$(mktemp "$FAKE_DIR/load.XXXXXX") && cat > "$f" && echo "Loaded image: img:1"
+"""
+
+
+def test_node_script_chain_tees_forwards_and_reports(tmp_path):
+    """The fixed script itself, three nodes deep, with a docker stand-in that keeps what it loads,
+    and `sh -c 'eval "$1"'` standing in for ssh (it runs the quoted command as sshd would). Node
+    names with quotes and ; travel as data."""
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "docker"
+    fake.write_text(FAKE_DOCKER)
+    fake.chmod(0o755)
+    ssh = ["sh", "-c", 'eval "$1"', "ssh"]
+    names = ["n1", "n 2'x", "n3;rm -rf /"]
+    argv = ["sh", "-c", deliver.NODE_SCRIPT, "mark", deliver.NODE_SCRIPT, names[0]]
+    for n in names[1:]:
+        argv += [n, str(len(ssh)), *ssh]
+    data = os.urandom(3 << 20)
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", FAKE_DIR=str(tmp_path))
+    proc = subprocess.run(argv, input=data, capture_output=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    reports = sorted(line for line in proc.stderr.decode().splitlines() if line.startswith("mark "))
+    assert reports == sorted(f"mark {n} loaded Loaded image: img:1" for n in names)
+    loads = sorted(tmp_path.glob("load.*"))
+    assert len(loads) == 3 and all(f.read_bytes() == data for f in loads)
 
 
 def test_image_names_are_checked():

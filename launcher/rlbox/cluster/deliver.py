@@ -57,11 +57,15 @@ if [ "$2" = layers ]; then
 fi
 """
 
-# On one node: load stdin; with a next hop (its argv as the remaining arguments), tee stdin into
-# the load and forward it. $0 is the marker every report line starts with.
+# On one node: load stdin and, when hops follow, forward it to the next node while loading.
+# Arguments: $0 the marker every report line starts with, $1 this script's own text, $2 this
+# node's name, then per further node: its name, N, and the N words of the ssh argv reaching it
+# (ending in `-- [user@]host`). The next node's command is quoted here, from the plain values,
+# so its length grows by one hop's words per hop, never by nesting quotes.
 NODE_SCRIPT = r"""set -u
-label=$1; shift
+self=$1; label=$2; shift 2
 say() { printf '%s %s %s\n' "$0" "$label" "$*" >&2; }
+q() { printf "'"; printf '%s' "$1" | sed "s/'/'\\\\''/g"; printf "'"; }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rlbox-deliver.XXXXXX") || { say failed cannot make a temporary directory; exit 1; }
 trap 'rm -rf "$dir"' EXIT
 trap 'exit 129' HUP INT TERM PIPE
@@ -69,12 +73,18 @@ if [ $# -eq 0 ]; then
     docker load >"$dir/out" 2>&1
     rc=$?
 else
+    next=$1; n=$2; shift 2
+    i=0
+    while [ "$i" -lt "$n" ]; do set -- "$@" "$1"; shift; i=$((i + 1)); done
+    cmd="sh -c $(q "$self") $(q "$0") $(q "$self") $(q "$next")"
+    m=$(($# - n)); i=0
+    while [ "$i" -lt "$m" ]; do cmd="$cmd $(q "$1")"; shift; i=$((i + 1)); done
     mkfifo "$dir/load" || { say failed cannot make a fifo; exit 1; }
     docker load <"$dir/load" >"$dir/out" 2>&1 &
     pid=$!
     # GNU tee -p: an output that fails (this node's load, or the next node) is dropped and the
     # other one still fed, so one bad node does not fail its neighbours
-    if tee -p </dev/null >/dev/null 2>&1; then tee -p "$dir/load"; else tee "$dir/load"; fi | "$@"
+    if tee -p </dev/null >/dev/null 2>&1; then tee -p "$dir/load"; else tee "$dir/load"; fi | "$@" "$cmd"
     wait "$pid"
     rc=$?
 fi
@@ -112,10 +122,10 @@ def on_host(host: Host | None, words: list[str], *options: str) -> list[str]:
     return ssh_argv(host, *options, command=[shlex.join(words)])
 
 
-def hop(host: Host, words: list[str]) -> list[str]:
-    """The argv a node runs to reach the next node: ssh with the forwarded agent (-A), the
-    cluster file's port, user and known_hosts, never a key file path of this machine."""
-    return ssh_argv(replace(host, identity_file=None), "-A", command=[shlex.join(words)])
+def hop(host: Host) -> list[str]:
+    """The argv (without the command) a node runs to reach the next node: ssh with the forwarded
+    agent (-A), the cluster file's port, user and known_hosts, never a key file path of this machine."""
+    return ssh_argv(replace(host, identity_file=None), "-A")
 
 
 def _run(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
@@ -257,8 +267,13 @@ class Stream:
     sinks: list[Sink] = field(default_factory=list)
     source_proc: subprocess.Popen | None = None
 
-    def node_words(self, name: str, forward: list[str]) -> list[str]:
-        return ["sh", "-c", NODE_SCRIPT, self.marker, name, *forward]
+    def node_words(self, name: str, after: list[str]) -> list[str]:
+        """The first node's command; ``after``: the nodes it forwards to, each (name, N, N words)."""
+        words = ["sh", "-c", NODE_SCRIPT, self.marker, NODE_SCRIPT, name]
+        for n in after:
+            argv = hop(self.hosts[n])
+            words += [n, str(len(argv)), *argv]
+        return words
 
     def build(self, names: tuple[str, ...]) -> None:
         remote = [n for n in names if not self.hosts[n].local]
@@ -269,9 +284,7 @@ class Stream:
             for n in remote:
                 self.sinks.append(Sink(on_host(self.hosts[n], self.node_words(n, [])), (n,)))
             return
-        words = self.node_words(remote[-1], [])
-        for here, nxt in zip(reversed(remote[:-1]), reversed(remote[1:])):
-            words = self.node_words(here, hop(self.hosts[nxt], words))
+        words = self.node_words(remote[0], remote[1:])
         self.sinks.append(Sink(on_host(self.hosts[remote[0]], words, "-A"), tuple(remote)))
 
     def _read_reports(self, sink: Sink) -> None:
