@@ -241,3 +241,15 @@ def test_registry_pulls_on_every_node_then_falls_back_to_the_stream(hosts, clust
         assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
     finally:
         subprocess.run(["docker", "image", "rm", image], capture_output=True)
+
+
+def test_a_node_holding_it_is_the_source_when_this_machine_lacks_it(hosts, cluster, images, tmp_path):
+    image = f"{TAG}-only:1"
+    subprocess.run(["docker", "tag", f"{TAG}-one:1", image], check=True)
+    preload(hosts[0], image)
+    subprocess.run(["docker", "image", "rm", image], check=True, capture_output=True)  # only the tag goes
+    dry = rlbox("distribute", image, "--cluster", cluster, "--dry-run", check=True).stdout
+    assert f"source   {hosts[0].address} (docker save, relayed through this machine)" in dry, dry
+    rlbox("distribute", image, "--cluster", cluster, check=True)
+    assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
+    assert_no_leftovers()
