@@ -95,6 +95,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="12 MB to 2 hosts, once (CI: does it run)")
     ap.add_argument("--hosts", default="1,2,4,8", help="host counts (default 1,2,4,8)")
+    ap.add_argument("--parts", action="store_true",
+                    help="also time the parts of one stream on one host: docker save alone, the bytes through "
+                         "ssh alone, docker load of a file alone (where the time goes)")
     args = ap.parse_args()
     counts = [2] if args.quick else [int(n) for n in args.hosts.split(",")]
     layer_mb, layers = (4, 3) if args.quick else (150, 4)
@@ -154,6 +157,22 @@ def main() -> int:
                         print(f"  {n} host(s) {name:10} {row[name]:7.1f} s", flush=True)
                     rows.append(row)
                 clear(hosts.hosts)
+                if args.parts:
+                    h = hosts.hosts[0]
+                    tar = tmp / "image.tar"
+                    parts = {
+                        "docker save > file": lambda: sh("sh", "-c", f"docker save {IMAGE} > {tar}"),
+                        "file | ssh cat > /dev/null": lambda: subprocess.run(
+                            hosts.ssh_argv(h, "cat", ">/dev/null"), stdin=tar.open("rb"), check=True),
+                        "docker load < file (host engine)": lambda: h.docker("load", "-q", "-i", str(tar)),
+                    }
+                    print("\nparts of one transfer to one host:")
+                    for name, fn in parts.items():
+                        if name.startswith("docker load"):
+                            clear([h])
+                        print(f"  {name:34} {timed(fn):7.1f} s", flush=True)
+                    tar.unlink()
+                    clear([h])
         finally:
             subprocess.run(["docker", "image", "rm", "-f", IMAGE, remote], capture_output=True)
     one = rows[0]["rlbox"]
