@@ -73,6 +73,9 @@ def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_fil
             verl_version, verl_config, no_validate, no_doctor, runs_dir, command):
     """Start the training container on every node, bring up Ray, run the job, tear down.
 
+    A node whose engine lacks the image gets it first (as `rlbox distribute` does: a registry
+    pull, else a pipelined stream); a node holding another image under the name stops the run.
+
     A job that fails is triaged first (`rlbox triage`): the nodes' CANN and Ray logs are
     collected into runs/NAME/triage/ and matched against known failures. While the job runs
     every node is watched (its container, Ray's node table): a lost node or head is named
@@ -138,7 +141,7 @@ def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_fil
 
     outcome = execute.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
                               detach=detach, keep=keep, before=before, on_failure=triage_after_failure,
-                              max_restarts=plan.max_restarts)
+                              max_restarts=plan.max_restarts, tty=err.is_terminal)
     if outcome.exit_code:
         raise RlboxError(f"job of run '{name}' {outcome.status} with exit code {outcome.exit_code}; log: {outcome.log_path}",
                          exit_code=outcome.exit_code)

@@ -8,7 +8,7 @@ import sys
 import click
 
 from rlbox import __version__
-from rlbox.cli import (cmd_build, cmd_data, cmd_images, cmd_k8s, cmd_metrics, cmd_recipes, cmd_registry, cmd_rehearse, cmd_run,
+from rlbox.cli import (cmd_build, cmd_data, cmd_distribute, cmd_images, cmd_k8s, cmd_metrics, cmd_recipes, cmd_registry, cmd_rehearse, cmd_run,
                        cmd_runs, cmd_serve, cmd_testbed)
 from rlbox.cli.common import err
 from rlbox.core.errors import RlboxError
@@ -26,7 +26,7 @@ def cli():
     """
 
 
-for module in (cmd_images, cmd_build, cmd_rehearse, cmd_registry, cmd_run, cmd_k8s, cmd_runs, cmd_metrics, cmd_recipes, cmd_data, cmd_serve, cmd_testbed):
+for module in (cmd_images, cmd_build, cmd_rehearse, cmd_registry, cmd_run, cmd_distribute, cmd_k8s, cmd_runs, cmd_metrics, cmd_recipes, cmd_data, cmd_serve, cmd_testbed):
     for command in module.COMMANDS:
         cli.add_command(command)
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlbox.cluster import deliver
 from rlbox.cluster import jobs
 from rlbox.cluster import ray
 from rlbox.cluster import sharing
@@ -222,6 +223,7 @@ def execute(
     max_restarts: int = 0,
     before: Callable[[list[Node]], None] | None = None,
     on_failure: Callable[[list[Node], Path], str | None] | None = None,
+    tty: bool = False,
 ) -> Outcome:
     """Carry out the plan. Tears everything down on failure, Ctrl-C, SIGTERM, or at the end.
 
@@ -240,7 +242,11 @@ def execute(
     try:
         with engine.sigterm_as_interrupt():
             try:
-                cluster.preflight(replace)  # refuses a live run of this name before anything else
+                # the image on every node: delivered where missing; a node holding another image
+                # under the name is refused (rlbox distribute --force replaces it)
+                deliver.ensure(plan.image, tuple(n.host for n in plan.nodes), echo,
+                               missing_hint=plan.missing_image_hint(), tty=tty)
+                cluster.preflight(replace)  # refuses a live run of this name before anything else starts
                 if plan.sim_files:
                     sim.write_hosts(plan)
                 if before is not None:  # checks that need the engines but must pass before anything starts

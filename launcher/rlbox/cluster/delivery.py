@@ -1,0 +1,218 @@
+"""Image delivery, the planning half: which nodes need the image, from where, in what order, and
+which layers need not travel. Pure: facts in (gathered by rlbox.cluster.deliver), a printable
+DeliveryPlan out; nothing here touches a host.
+
+The rules:
+- The right image is the one this machine's engine holds under the name; without it, the one
+  every node that holds the name agrees on. Nodes that disagree are named, never guessed between.
+- A node holding the right image id is skipped. A node lacking the name receives it. A node with
+  a different image under the same name is a conflict: refused (named with both ids) unless
+  ``force``, when it receives the right one (docker load moves the tag).
+- Source: a reference that names a registry is pulled on every receiving node at once (the
+  registry fans out; every engine skips the layers it holds); a node whose pull fails falls back
+  to the stream. The stream comes from this machine's engine (``docker save``), else from a node
+  holding the right image (its ``docker save`` relayed through this machine).
+- The stream is a chain: this machine -> node 1 -> node 2 ... each node tees what it receives into
+  its ``docker load`` and forwards it to the next over ssh with the forwarded agent; or, with
+  ``via="launcher"`` (nodes cannot ssh to each other), this machine writes to every node itself.
+- A layer every receiving node holds (by chain id: the layer and all below it) is left out of
+  the stream: ``docker load`` never opens the file of a layer whose chain id is present
+  (moby image/tarexport/load.go), so the tar loads without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+STREAM_VIAS = ("chain", "launcher")
+
+
+def chain_ids(diff_ids: tuple[str, ...]) -> tuple[str, ...]:
+    """The chain id of every layer prefix: chain(0) = diff(0); chain(i) = sha256(chain(i-1) + " " + diff(i))."""
+    out: list[str] = []
+    for diff in diff_ids:
+        if not out:
+            out.append(diff)
+        else:
+            out.append("sha256:" + hashlib.sha256(f"{out[-1]} {diff}".encode()).hexdigest())
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """One engine's image under the name: its id, layers (diff ids, lowest first) and size."""
+
+    id: str
+    diff_ids: tuple[str, ...] = ()
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What one node's engine holds: the image under the name (None: absent), and the chain ids
+    of every layer of every image it has (what docker load may skip)."""
+
+    name: str
+    image: ImageFacts | None = None
+    chains: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    reason: str  # "missing" | "differs"
+    old_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryPlan:
+    image: str
+    image_id: str | None  # None only when the registry alone has it (the pulls must agree)
+    diff_ids: tuple[str, ...]
+    size: int
+    targets: tuple[Target, ...]
+    skipped: tuple[str, ...]  # nodes that hold the right image
+    registry: str | None  # pull from this registry first
+    source: str | None  # "local" or a node's name: where the stream starts; None: no stream possible
+    via: str = "chain"
+    omitted: tuple[str, ...] = ()  # diff ids left out of the stream (held by every target)
+    conflicts: tuple[Target, ...] = field(default=())  # differing nodes, refused (no --force)
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.targets)
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """Receiving nodes in stream order (the cluster's order)."""
+        return tuple(t.name for t in self.targets)
+
+    def describe(self) -> str:
+        lines = [f"image    {self.image}"
+                 + (f"  id {short(self.image_id)}" if self.image_id else "  id: the registry's")
+                 + (f", {human(self.size)}, {len(self.diff_ids)} layers" if self.diff_ids else "")]
+        for name in self.skipped:
+            lines.append(f"  {name:24} has it: skipped")
+        for t in self.targets:
+            what = "missing" if t.reason == "missing" else f"holds {short(t.old_id)} under the name: replaced (--force)"
+            lines.append(f"  {t.name:24} {what}: receives it")
+        for t in self.conflicts:
+            lines.append(f"  {t.name:24} holds {short(t.old_id)} under the name: REFUSED (pass --force to replace it)")
+        if not self.targets:
+            lines.append("nothing to deliver")
+            return "\n".join(lines) + "\n"
+        source = "this machine (docker save)" if self.source == "local" else (
+            f"{self.source} (docker save, relayed through this machine)" if self.source else None)
+        if self.registry:
+            lines.append(f"source   registry {self.registry}: docker pull on every receiving node at once"
+                         + (f"; a failed pull falls back to the stream from {source}" if source else ""))
+        elif source:
+            lines.append(f"source   {source}")
+        if source:
+            if self.via == "chain":
+                lines.append("stream   " + " -> ".join(["this machine", *self.order])
+                             + "  (each node loads while it forwards; ssh -A)")
+            else:
+                lines.append("stream   this machine -> " + ", ".join(self.order) + "  (one stream per node)")
+            if self.omitted:
+                kept = len(self.diff_ids) - len(self.omitted)
+                lines.append(f"layers   {len(self.omitted)} of {len(self.diff_ids)} held by every receiving node: "
+                             f"not sent; {kept} sent")
+            else:
+                lines.append(f"layers   all {len(self.diff_ids)} sent")
+        return "\n".join(lines) + "\n"
+
+
+def short(image_id: str | None) -> str:
+    return (image_id or "?").removeprefix("sha256:")[:12]
+
+
+def human(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size} B"  # pragma: no cover
+
+
+class PlanError(ValueError):
+    """The facts do not allow a delivery; the message is one line naming the nodes."""
+
+
+def plan(image: str, local: ImageFacts | None, nodes: tuple[NodeFacts, ...], *, registry: str | None = None,
+         force: bool = False, via: str = "chain", source: str | None = None) -> DeliveryPlan:
+    """The delivery of ``image`` to ``nodes``. ``local``: this machine's image under the name
+    (None: absent or no engine). ``registry``: the registry the reference names (pull first).
+    ``source``: "local" or a node name to stream from (default: this machine, else the first node
+    holding the right image)."""
+    if via not in STREAM_VIAS:
+        raise PlanError(f"--via must be one of {', '.join(STREAM_VIAS)}, not {via!r}")
+    names = [n.name for n in nodes]
+    if source not in (None, "local") and source not in names:
+        raise PlanError(f"--from {source}: not a node of this cluster ({', '.join(names)})")
+    if source == "local" and local is None:
+        raise PlanError(f"--from local: this machine's engine does not hold {image}")
+    if source not in (None, "local"):
+        chosen = next(n for n in nodes if n.name == source).image
+        if chosen is None:
+            raise PlanError(f"--from {source}: {source} does not hold {image}")
+        right = chosen
+    elif local is not None:
+        right = local
+    else:
+        held: dict[str, list[str]] = {}
+        for n in nodes:
+            if n.image is not None:
+                held.setdefault(n.image.id, []).append(n.name)
+        if len(held) > 1:
+            which = "; ".join(f"{short(i)} on {', '.join(ns)}" for i, ns in held.items())
+            raise PlanError(f"the nodes hold different images under {image} ({which}) and this machine has none: "
+                            "say which is right with --from NODE")
+        right = next((n.image for n in nodes if n.image is not None), None)
+    if right is None and registry is None:
+        raise PlanError(f"image {image} is neither on this machine nor on any node, and its name has no registry "
+                        "to pull from")
+    targets, skipped, conflicts = [], [], []
+    for n in nodes:
+        if n.image is None:
+            targets.append(Target(n.name, "missing"))
+        elif right is not None and n.image.id == right.id:
+            skipped.append(n.name)
+        elif right is None:  # registry only: nodes holding the name are checked after the pulls
+            targets.append(Target(n.name, "missing"))
+        elif force:
+            targets.append(Target(n.name, "differs", n.image.id))
+        else:
+            conflicts.append(Target(n.name, "differs", n.image.id))
+    stream_from = None
+    if right is not None:
+        stream_from = source or ("local" if local is not None else next(n.name for n in nodes if n.image == right))
+    omitted: tuple[str, ...] = ()
+    if right is not None and targets:
+        by_name = {n.name: n for n in nodes}
+        chains = chain_ids(right.diff_ids)
+        held_by_all = 0
+        for k, chain in enumerate(chains):
+            if all(chain in by_name[t.name].chains for t in targets):
+                held_by_all = k + 1
+            else:
+                break
+        # A layer file is recognised in the stream by its content's digest: one that also sits
+        # higher up (the same layer twice) must travel for that place.
+        kept = set(right.diff_ids[held_by_all:])
+        omitted = tuple(d for d in right.diff_ids[:held_by_all] if d not in kept)
+    return DeliveryPlan(
+        image=image, image_id=right.id if right else None, diff_ids=right.diff_ids if right else (),
+        size=right.size if right else 0, targets=tuple(targets), skipped=tuple(skipped), registry=registry,
+        source=stream_from, via=via, omitted=omitted, conflicts=tuple(conflicts),
+    )
+
+
+def refusal(p: DeliveryPlan) -> str | None:
+    """Why the plan must not be carried out (nodes with another image under the name), or None."""
+    if not p.conflicts:
+        return None
+    which = ", ".join(f"{t.name} has {short(t.old_id)}" for t in p.conflicts)
+    return (f"image {p.image} differs between nodes: {which}, the right one {short(p.image_id)}; "
+            f"replace it with `rlbox distribute {p.image} --force` (or remove it there)")

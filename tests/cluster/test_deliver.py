@@ -1,0 +1,255 @@
+"""Image delivery on real engines: three hosts, each its own dockerd and sshd (support.engines),
+the image on this machine's engine, `rlbox distribute` as a user runs it. A chain through all
+three, layers held not sent, a different image under the name refused then replaced, Ctrl-C
+mid-transfer, and `rlbox run`'s own delivery step (deliver.ensure)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, engine_problem, rlbox
+from rlbox.cluster import deliver
+from rlbox.cluster import spec as cluster_spec
+from rlbox.core.errors import RlboxError
+from support.engines import EngineHosts
+
+pytestmark = pytest.mark.engine
+TAG = f"ds-t{os.getpid()}"
+REGISTRY = "127.0.0.1:22501"  # Debian's docker-registry, no auth, for the pull path
+
+
+def build(ctx: Path, tag: str, layers: dict[str, int], seed: str) -> str:
+    """FROM scratch plus one COPY layer per file (name -> size); files of one name and seed are
+    identical, so images sharing the lower files share those layers."""
+    ctx.mkdir(parents=True, exist_ok=True)
+    lines = ["FROM scratch"]
+    for name, size in layers.items():
+        path = ctx / name
+        if not path.exists():
+            subprocess.run(["sh", "-c", f"openssl enc -aes-128-ctr -pass pass:{seed}{name} -nosalt -pbkdf2 "
+                            f"< /dev/zero 2>/dev/null | head -c {size} > {path}"], check=True)
+        lines.append(f"COPY {name} /{name}")
+    (ctx / "Dockerfile").write_text("\n".join(lines) + "\n")
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], check=True, capture_output=True,
+                   env=dict(os.environ, DOCKER_BUILDKIT="0"))
+    return subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def docker_engine():
+    """The engine alone (no shared test images needed): a missing one fails, never skips."""
+    problem = engine_problem()
+    if problem:
+        pytest.fail(f"delivery tests need a Docker engine: {problem}")
+
+
+@pytest.fixture(scope="module")
+def images(docker_engine, tmp_path_factory):
+    ctx = tmp_path_factory.mktemp("ctx")
+    made = {
+        "one": build(ctx, f"{TAG}-one:1", {"a": 3 << 20, "b": 3 << 20, "c": 3 << 20}, "s"),
+        "two": build(ctx, f"{TAG}-two:1", {"a": 3 << 20, "b": 3 << 20, "d": 3 << 20}, "s"),
+        "big": build(ctx, f"{TAG}-big:1", {"e": 60 << 20, "f": 60 << 20, "g": 60 << 20}, "s"),
+    }
+    yield made
+    subprocess.run(["docker", "image", "rm", "-f", *(f"{TAG}-{k}:1" for k in made), f"{TAG}-mm:1"],
+                   capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def hosts(docker_engine, tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.fail("delivery tests start their own dockerd and sshd: run as root")
+    with EngineHosts(tmp_path_factory.mktemp("hosts"), 3, prefix="ds", first_address=40,
+                     insecure_registry=REGISTRY) as hs:  # not bench/distribute.py's addresses (.20-)
+        yield hs
+
+
+def clear_hosts(hosts) -> None:
+    for h in hosts:
+        ids = h.docker("image", "ls", "-aq").stdout.split()
+        if ids:
+            h.docker("image", "rm", "-f", *set(ids), check=False)
+
+
+@pytest.fixture
+def cluster(hosts, tmp_path):
+    clear_hosts(hosts)  # each test starts from empty engines
+    return hosts.cluster_file(tmp_path / "cluster.yaml")
+
+
+def preload(host, image: str) -> None:
+    save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+    host.docker("load", "-q", stdin=save.stdout)
+    assert save.wait() == 0
+
+
+def leftovers() -> list[str]:
+    """Processes of a delivery to these tests' hosts (all on this machine): the launcher's ssh and
+    the nodes' scripts name a host address of this module (127.0.0.40-42)."""
+    proc = subprocess.run(["pgrep", "-af", "rlbox-deliver-"], capture_output=True, text=True)
+    return [line for line in proc.stdout.splitlines()
+            if "pgrep" not in line and any(f"127.0.0.{40 + i}" in line for i in range(3))]
+
+
+def assert_no_leftovers(wait: float = 30) -> None:
+    """Every delivery process ends: the nodes' scripts exit once their input has ended."""
+    deadline = time.monotonic() + wait
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert leftovers() == []
+
+
+def test_chain_delivers_to_those_missing_and_verifies(hosts, cluster, images):
+    image = f"{TAG}-one:1"
+    preload(hosts[0], image)
+    dry = rlbox("distribute", image, "--cluster", cluster, "--dry-run", check=True).stdout
+    assert f"{hosts[0].address}" in dry and "has it: skipped" in dry
+    assert f"this machine -> {hosts[1].address} -> {hosts[2].address}" in dry
+    proc = rlbox("distribute", image, "--cluster", cluster, check=True)
+    assert f"{hosts[1].address}: loaded" in proc.stderr and f"{hosts[2].address}: verified" in proc.stderr
+    assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
+    assert_no_leftovers()
+    again = rlbox("distribute", image, "--cluster", cluster, "--dry-run", check=True).stdout
+    assert "nothing to deliver" in again
+
+
+def test_layers_every_target_holds_are_not_sent(hosts, cluster, images):
+    for h in hosts:
+        preload(h, f"{TAG}-one:1")  # layers a, b held; c is not what two needs
+    image = f"{TAG}-two:1"
+    dry = rlbox("distribute", image, "--cluster", cluster, "--dry-run", check=True).stdout
+    assert "2 of 3 held by every receiving node: not sent" in dry
+    proc = rlbox("distribute", image, "--cluster", cluster, check=True)
+    sent = next(line for line in proc.stderr.splitlines() if "sent)" in line)
+    assert "(3.1 MB sent)" in sent or "(3.2 MB sent)" in sent, sent  # one 3 MiB layer, not 9
+    assert [h.image_id(image) for h in hosts] == [images["two"]] * 3  # engine 20.10 loaded the thinner tar
+
+
+def test_another_image_under_the_name_is_named_then_replaced_with_force(hosts, cluster, images):
+    image = f"{TAG}-mm:1"
+    subprocess.run(["docker", "tag", f"{TAG}-two:1", image], check=True)
+    preload(hosts[1], image)  # hosts[1] holds "two" under the name
+    subprocess.run(["docker", "tag", f"{TAG}-one:1", image], check=True)  # here: "one"
+    proc = rlbox("distribute", image, "--cluster", cluster)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"{hosts[1].address} has {images['two'][7:19]}" in proc.stderr and "--force" in proc.stderr
+    assert hosts[0].image_id(image) is None  # refused before anything moved
+    rlbox("distribute", image, "--cluster", cluster, "--force", check=True)
+    assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
+
+
+def test_ctrl_c_mid_transfer_leaves_nothing(hosts, cluster, images):
+    image = f"{TAG}-big:1"
+    proc = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "distribute", image, "--cluster", str(cluster)],
+                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:  # the first quarter sent: mid-transfer
+        seen.append(line)
+        if "sent " in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, "".join(seen) + rest
+    last = rest.strip().splitlines()[-1]
+    assert last.startswith("rlbox: error: interrupted;") and hosts[2].address in last, rest
+    assert [h.image_id(image) for h in hosts] == [None, None, None]
+    assert_no_leftovers()
+    for h in hosts:  # nothing loaded half: no image at all, no dangling one either
+        assert h.docker("image", "ls", "-aq").stdout.strip() == ""
+
+
+def test_a_node_failing_mid_chain_is_named_and_the_others_complete(hosts, cluster, images):
+    spec = cluster_spec.from_file(cluster)
+    image = f"{TAG}-one:1"
+    plan, by_label = deliver.make_plan(image, spec.hosts)
+    assert plan.order == tuple(h.address for h in hosts)
+    hosts[1].stop_engine()  # after the plan: its load fails; it still forwards to the next
+    try:
+        with pytest.raises(RlboxError) as failed:
+            deliver.carry_out(plan, by_label, lambda line: None)
+    finally:
+        hosts[1].start_engine()
+    line = str(failed.value)
+    assert line.startswith(f"{hosts[1].address}: load failed (") and "\n" not in line, line
+    assert f"complete on {hosts[0].address}, {hosts[2].address}" in line, line
+    assert f"could not check {hosts[1].address}" in line, line
+    assert [h.image_id(image) for h in hosts] == [images["one"], None, images["one"]]
+    assert_no_leftovers()
+
+
+def test_run_delivers_and_refuses_a_different_image(hosts, cluster, images):
+    spec = cluster_spec.from_file(cluster)
+    lines = []
+    image = f"{TAG}-one:1"
+    report = deliver.ensure(image, spec.hosts, lines.append, missing_hint="build it")
+    assert report is not None and [h.image_id(image) for h in hosts] == [images["one"]] * 3
+    assert deliver.ensure(image, spec.hosts, lines.append, missing_hint="build it") is None  # nothing to do
+    subprocess.run(["docker", "tag", f"{TAG}-two:1", f"{TAG}-mm:1"], check=True)
+    preload(hosts[2], f"{TAG}-mm:1")
+    subprocess.run(["docker", "tag", f"{TAG}-one:1", f"{TAG}-mm:1"], check=True)
+    with pytest.raises(RlboxError, match=f"{hosts[2].address} has {images['two'][7:19]}"):
+        deliver.ensure(f"{TAG}-mm:1", spec.hosts, lines.append, missing_hint="build it")
+    with pytest.raises(RlboxError, match=f"{hosts[0].address}: image {TAG}-nothing:1 is not present; build it"):
+        deliver.ensure(f"{TAG}-nothing:1", spec.hosts, lines.append, missing_hint="build it")
+
+
+@pytest.fixture
+def registry(tmp_path):
+    exe = shutil.which("docker-registry")
+    if exe is None:
+        pytest.fail("the pull path needs Debian's docker-registry (apt-get install docker-registry)")
+    config = tmp_path / "registry.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'data'}\n"
+                      f"http:\n  addr: {REGISTRY}\n")
+    proc = subprocess.Popen([exe, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if subprocess.run(["curl", "-sf", f"http://{REGISTRY}/v2/"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def test_registry_pulls_on_every_node_then_falls_back_to_the_stream(hosts, cluster, images, registry):
+    image = f"{REGISTRY}/{TAG}/one:1"
+    subprocess.run(["docker", "tag", f"{TAG}-one:1", image], check=True)
+    try:
+        subprocess.run(["docker", "push", image], check=True, capture_output=True)
+        dry = rlbox("distribute", image, "--cluster", cluster, "--dry-run", check=True).stdout
+        assert f"registry {REGISTRY}: docker pull on every receiving node at once" in dry
+        proc = rlbox("distribute", image, "--cluster", cluster, check=True)
+        assert proc.stderr.count(": pulled\n") == 3 and "pulled on 3" in proc.stderr
+        assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
+        clear_hosts(hosts)
+        registry.terminate()  # the nodes cannot reach it any more: each falls back to the stream
+        registry.wait()
+        proc = rlbox("distribute", image, "--cluster", cluster, check=True)
+        assert "pull failed on" in proc.stderr and "streamed to 3" in proc.stderr, proc.stderr
+        assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
+    finally:
+        subprocess.run(["docker", "image", "rm", image], capture_output=True)
+
+
+def test_a_node_holding_it_is_the_source_when_this_machine_lacks_it(hosts, cluster, images, tmp_path):
+    image = f"{TAG}-only:1"
+    subprocess.run(["docker", "tag", f"{TAG}-one:1", image], check=True)
+    preload(hosts[0], image)
+    subprocess.run(["docker", "image", "rm", image], check=True, capture_output=True)  # only the tag goes
+    dry = rlbox("distribute", image, "--cluster", cluster, "--dry-run", check=True).stdout
+    assert f"source   {hosts[0].address} (docker save, relayed through this machine)" in dry, dry
+    rlbox("distribute", image, "--cluster", cluster, check=True)
+    assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
+    assert_no_leftovers()
