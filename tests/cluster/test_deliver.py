@@ -253,3 +253,11 @@ def test_a_node_holding_it_is_the_source_when_this_machine_lacks_it(hosts, clust
     rlbox("distribute", image, "--cluster", cluster, check=True)
     assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
     assert_no_leftovers()
+
+
+def test_test_engines_leave_the_machines_docker0_alone(hosts):
+    """Engines of their own started in this network namespace must not delete docker0 (a dockerd
+    with --bridge=none does, at start): every later container on the default network would fail."""
+    if subprocess.run(["docker", "network", "inspect", "bridge"], capture_output=True).returncode != 0:
+        pytest.skip("this engine has no default bridge network")
+    assert subprocess.run(["ip", "link", "show", "docker0"], capture_output=True).returncode == 0

@@ -1,5 +1,5 @@
 """Hosts with engines of their own, for delivery tests and bench/distribute.py: per host a second
-dockerd (its own data root, exec root, pid file and unix socket; no bridge, no iptables) and a
+dockerd (its own data root, exec root, pid file and unix socket; a bridge of its own, no iptables) and a
 throwaway sshd on its own loopback address whose sessions reach that engine (SetEnv DOCKER_HOST).
 All sshds accept one client key, so a chain of hosts can ssh to each other with a forwarded
 agent as real nodes do.
@@ -40,14 +40,29 @@ class HostSshd(SshServer):
 
 
 class EngineHost:
-    def __init__(self, root: Path, name: str, address: str, insecure_registry: str | None):
-        self.name, self.address = name, address
+    def __init__(self, root: Path, name: str, address: str, insecure_registry: str | None, index: int = 0):
+        self.name, self.address, self.index = name, address, index
         self.root = root
         self.exec_root = Path(f"/run/{name}")  # short: socket paths are limited to 107 bytes
         self.sock = self.exec_root / "docker.sock"
         self.insecure_registry = insecure_registry
         self.proc: subprocess.Popen | None = None
         self.sshd: HostSshd | None = None
+
+    @property
+    def bridge(self) -> str:
+        """This engine's own bridge (an interface name: at most 15 characters)."""
+        return f"rbx{os.getpid() % 100000}e{self.index}"
+
+    def bridge_up(self) -> None:
+        self.bridge_down()
+        subnet = f"10.203.{(os.getpid() * 8 + self.index) % 250}.1/24"
+        for argv in (["ip", "link", "add", self.bridge, "type", "bridge"],
+                     ["ip", "addr", "add", subnet, "dev", self.bridge], ["ip", "link", "set", self.bridge, "up"]):
+            subprocess.run(argv, check=True, capture_output=True)
+
+    def bridge_down(self) -> None:
+        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
 
     @property
     def docker_host(self) -> str:
@@ -60,9 +75,13 @@ class EngineHost:
     def start_engine(self) -> None:
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         self.exec_root.mkdir(parents=True, exist_ok=True)
+        # A bridge of its own, never --bridge=none: a dockerd in this (the machine's) network
+        # namespace started with --bridge=none deletes the interface docker0 at start (moby's
+        # removeDefaultBridgeInterface), which breaks the machine's own engine for every test after.
+        self.bridge_up()
         argv = [DOCKERD, "--data-root", str(self.root / "data"), "--exec-root", str(self.exec_root),
                 "--pidfile", str(self.exec_root / "dockerd.pid"), "-H", self.docker_host,
-                "--iptables=false", "--bridge=none", "--ip-masq=false"]
+                "--iptables=false", "--ip-masq=false", "--bridge", self.bridge]
         if self.insecure_registry:
             argv += ["--insecure-registry", self.insecure_registry]
         with open(self.root / "dockerd.log", "wb") as log:
@@ -106,6 +125,7 @@ class EngineHost:
         netns = self.exec_root / "netns" / "default"
         if netns.exists():
             subprocess.run(["umount", str(netns)], capture_output=True)
+        self.bridge_down()
 
 
 class EngineHosts:
@@ -113,7 +133,7 @@ class EngineHosts:
                  insecure_registry: str | None = None):
         self.workdir = Path(workdir)
         self.hosts = [EngineHost(self.workdir / f"{prefix}-h{i}", f"{prefix}-eng{os.getpid()}-{i}",
-                                 f"127.0.0.{first_address + i}", insecure_registry) for i in range(count)]
+                                 f"127.0.0.{first_address + i}", insecure_registry, i) for i in range(count)]
 
     def __enter__(self) -> "EngineHosts":
         try:
