@@ -56,6 +56,7 @@ class Cluster:
     echo: Echo
     dashboard: str | None = None
     addresses: dict[int, str] = field(default_factory=dict)  # node index -> address, once started
+    reported: set[int] = field(default_factory=set)  # nodes whose address is the one they reported
     _torn_down: bool = field(default=False, repr=False)
 
     # -- bring-up -------------------------------------------------------------------------
@@ -122,18 +123,19 @@ class Cluster:
                            self.nodes, self.dashboard)
 
     def learn_addresses(self) -> None:
-        """The address each node said it starts Ray on (its first output line), for nodes whose
-        address the engine did not give: Ray's node table carries it, not the host's name."""
+        """The address each node said it starts Ray on (its first output line): Ray's node table
+        carries it, not the host's name."""
         for node_plan, node in zip(self.plan.nodes, self.nodes):
-            if node_plan.index in self.addresses:
+            if node_plan.index in self.reported:
                 continue
             try:
-                text = node.client.containers.get(node_plan.container.name).logs(tail=200).decode(errors="replace")
+                text = node.client.containers.get(node_plan.container.name).logs().decode(errors="replace")
             except Exception:  # noqa: BLE001 - not there yet, or gone: the watch names that
                 continue
             address = watch.reported_address(text)
-            if address:
+            if address:  # what the node says wins over what its engine gave (the same on a simulation)
                 self.addresses[node_plan.index] = address
+                self.reported.add(node_plan.index)
 
     def wait_ready(self, timeout: float) -> None:
         """Until every NPU has joined Ray. A node whose container stops, freezes or vanishes
@@ -272,14 +274,13 @@ def execute(
                 except BaseException:
                     _drop_name(plan, nodes)
                     raise
-                finally:
-                    sharing.end_start(plan, nodes)
                 cleanup = True
                 run.save()
                 job, attempt = plan.job, 0
                 while True:
                     try:
                         cluster.start()
+                        sharing.end_start(plan, nodes)  # held until the containers exist: a --replace after it sees them
                         cluster.connect_dashboard()
                         cluster.wait_ready(timeout)
                     except watch.NodeLost as lost:  # a node lost while Ray comes up (the head too) is a loss
@@ -333,6 +334,7 @@ def execute(
                     run.restart(attempt, max_restarts, cause, echo)
                     cluster.remove_own()
                     cluster.addresses.clear()
+                    cluster.reported.clear()
                     if before is not None:  # the pre-flight checks again, on every node
                         before(nodes)
                     started = time.monotonic()
@@ -376,6 +378,17 @@ def execute(
                     node.close()
 
 
+def _record_run_id(path: Path) -> str | None:
+    """The run id of the record at ``path`` (None: no readable record)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get("run_id") if isinstance(data, dict) else None
+
+
 def signal_name(number: int) -> str:
     import signal
 
@@ -413,9 +426,14 @@ class _Run:
     path: Path
     echo: Echo = print
     save_error: str | None = None  # why the record could not be written (said once, and in the last line)
+    saved: bool = False
 
     def save(self) -> None:
-        """Write the record; a failure to (a full runs dir) is said once and kept for the last line."""
+        """Write the record; a failure to (a full runs dir) is said once and kept for the last line.
+        Once another run of the name (a --replace) has written its own record there, never again."""
+        if self.saved and _record_run_id(self.path) not in (self.plan.run_id, None):
+            return
+        self.saved = True
         try:
             self.record.save(self.path)
         except OSError as err:

@@ -1,0 +1,81 @@
+"""`rlbox run` of the steps job (tests/fixtures/launcher/steps_job.py) in a subprocess, its stderr
+lines timestamped as they arrive: the node-loss and fault tests' one way to start and watch a run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from support.selftest import REPO
+
+JOB = REPO / "tests" / "fixtures" / "launcher" / "steps_job.py"
+
+
+class Run:
+    """`rlbox run` in a subprocess, its stderr lines timestamped as they arrive. Without the
+    per-node doctor (`--no-doctor`): on a shared engine another run's simulated NPUs would fail
+    its "devices free" check; the checks themselves are tests/cluster/test_doctor*.py's."""
+
+    def __init__(self, runs: Path, shared: Path, name: str, steps: int, *extra: str, pause: float = 1.0,
+                 nodes: int = 2):
+        shared.mkdir(parents=True, exist_ok=True)
+        shutil.copy(JOB, shared / "steps_job.py")
+        self.name, self.runs, self.shared = name, runs, shared
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", str(nodes), "--name", name, "--runs-dir",
+             str(runs), "--mount", f"{shared}:/shared", "--no-doctor", *extra, "--",
+             "python3", "/shared/steps_job.py", str(steps), str(pause), "/shared/ckpt.json"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[tuple[float, str]] = []
+        self.out: list[str] = []
+        threading.Thread(target=self._read, args=(self.proc.stderr, self.lines, True), daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.out, False), daemon=True).start()
+
+    @staticmethod
+    def _read(stream, into, stamped):
+        for line in stream:
+            into.append((time.monotonic(), line) if stamped else line)
+
+    def wait_for(self, text: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(text in (x[1] if isinstance(x, tuple) else x) for x in self.lines + self.out):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.proc.kill()
+        pytest.fail(f"never saw {text!r}:\n{self.stderr()[-3000:]}")
+
+    def container(self, index: int) -> str:
+        state = json.loads((self.runs / self.name / "state.json").read_text())
+        return state["nodes"][index]["container"]
+
+    def kill(self, index: int) -> float:
+        docker.from_env().containers.get(self.container(index)).kill()
+        return time.monotonic()
+
+    def finish(self, timeout: float = 240) -> int:
+        code = self.proc.wait(timeout=timeout)
+        time.sleep(0.2)  # the reader threads drain the pipes
+        return code
+
+    def stderr(self) -> str:
+        return "".join(x[1] for x in self.lines)
+
+    def stdout(self) -> str:
+        return "".join(self.out)
+
+    def seen_at(self, text: str) -> float:
+        return next(t for t, line in self.lines if text in line)
+
+    def state(self) -> dict:
+        return json.loads((self.runs / self.name / "state.json").read_text())
