@@ -284,11 +284,7 @@ def execute(
                         cluster.connect_dashboard()
                         cluster.wait_ready(timeout)
                     except watch.NodeLost as lost:  # a node lost while Ray comes up (the head too) is a loss
-                        cause = str(lost)
-                        echo(f"lost: {cause}")
-                        _taken_over(plan, nodes)
-                        if attempt >= max_restarts:
-                            raise run.lost(cause, attempt) from None
+                        cause = _loss(lost, run, nodes, attempt, max_restarts)
                     else:
                         ready = time.monotonic() - started
                         echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
@@ -307,11 +303,7 @@ def execute(
                         try:
                             info = _follow(client, submission, cluster, log_path, emit, run, echo, append=attempt > 0)
                         except watch.NodeLost as lost:
-                            cause = str(lost)
-                            echo(f"lost: {cause}")
-                            _taken_over(plan, nodes)
-                            if attempt >= max_restarts:
-                                raise run.lost(cause, attempt) from None
+                            cause = _loss(lost, run, nodes, attempt, max_restarts)
                         else:
                             code = jobs.exit_code(info)
                             status = info.get("status", "UNKNOWN")
@@ -410,6 +402,17 @@ def _taken_over_text(plan: RunPlan, nodes: list[Node]) -> str | None:
     return None
 
 
+def _loss(lost: watch.NodeLost, run: "_Run", nodes: list[Node], attempt: int, max_restarts: int) -> str:
+    """A lost node: said; the end of the run when another --replace took it over or no restart
+    is left (recorded, raised); else the cause of the next restart."""
+    cause = str(lost)
+    run.echo(f"lost: {cause}")
+    _taken_over(run.plan, nodes)
+    if attempt >= max_restarts:
+        raise run.lost(cause, attempt) from None
+    return cause
+
+
 def _taken_over(plan: RunPlan, nodes: list[Node]) -> None:
     """No restart for a run that another --replace took over: it ends, saying so."""
     taken = _taken_over_text(plan, nodes)
@@ -475,7 +478,7 @@ class _Run:
 def _follow(client: jobs.JobsClient, submission: str, cluster: Cluster, log_path: Path, emit: Echo, run: _Run,
             echo: Echo, *, append: bool) -> dict:
     """Stream the job's log to the terminal and the log file while watching every node."""
-    watcher = watch.Watch(cluster.plan, cluster.nodes, cluster.dashboard)
+    watcher = cluster.watcher()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     looking = [append]  # after a restart: until verl says the step it resumed from
     with log_path.open("a" if append else "w", encoding="utf-8") as log:

@@ -5,7 +5,7 @@ gathers the facts at most once per ``every`` seconds and raises NodeLost naming 
 what happened to it. A killed or frozen (paused) container is seen by its engine at once; a
 node cut off from the others, or a raylet that died or froze in a running container, is seen
 when Ray's GCS marks its node DEAD: its health check, which rlbox tightens (plan.HEALTH_CHECK_ENV:
-a node silent for ~10 s instead of Ray's default ~60 s). Ray's rows are matched by the address
+a node silent for ~20 s instead of Ray's default ~60 s). Ray's rows are matched by the address
 the node itself reported when it started (``reported_address``: the node script's line), never
 by the host's name, so hosts given by name, by address or simulated are watched alike.
 """
