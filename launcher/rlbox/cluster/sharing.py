@@ -9,8 +9,9 @@ second container of the same name, so of two runs racing for one NPU exactly one
 are taken one by one in one global order (by name), so two racing runs never both fail; the
 loser removes what it took and is told which run holds the rest. Claims carry the label
 ``io.rlbox.claim=RUN`` and go with the run's containers. Two starts of one run name are
-serialised by a start lock (a claim held from the name to the last claim): the second is
-refused and touches nothing, so a --replace never clears what another start of the name holds.
+serialised by a start lock (a claim held from the name until the run's containers exist): the
+second is refused and touches nothing, so a --replace never clears what another start of the
+name is still taking; a run's teardown removes only its own run id's containers and claims.
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ STALE_START = 120.0  # seconds: a start of one run name holds its lock for secon
 
 
 def start_lock(plan) -> tuple[int, str, str]:
-    """The lock every start of a run name holds from taking the name to holding every claim:
-    of two `rlbox run --name X` (with or without --replace) at once, exactly one gets it."""
+    """The lock every start of a run name holds from taking the name until its containers exist:
+    of two `rlbox run --name X` (with or without --replace) at once, exactly one gets it; a
+    --replace after it finds the earlier run's containers and claims all there to take over."""
     return (0, f"rlbox-claim-run-{plan.run}-starting", f"the start of run '{plan.run}'")
 
 
