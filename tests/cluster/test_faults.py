@@ -166,18 +166,18 @@ def test_replace_after_kill_9_then_racing_replaces_then_head_lost_and_the_detach
     first = subprocess.Popen([sys.executable, "-m", "rlbox.cli", *common, "--no-doctor", "--", "python3", "-c",
                               "import time; print('first', flush=True); time.sleep(600)"],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while not ((runs / name / "state.json").exists() and _state(runs, name).get("phase") == "running"):
         assert time.monotonic() < deadline and first.poll() is None, first.communicate()[1][-2000:]
         time.sleep(0.2)
     first.kill()  # kill -9 of rlbox: its cluster lives on, its ports are held
     first.communicate()
-    again = rlbox(*common, "--replace", "--detach", "--timeout", "120", "--", "bash", "-c", "echo second; sleep 600")
+    again = rlbox(*common, "--replace", "--detach", "--timeout", "300", "--", "bash", "-c", "echo second; sleep 600")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "✗" not in again.stderr
     for trial in range(3):
         racers = [subprocess.Popen([sys.executable, "-m", "rlbox.cli", *common, "--replace", "--detach", "--no-doctor",
-                                    "--timeout", "120", "--", "bash", "-c",
+                                    "--timeout", "300", "--", "bash", "-c",
                                     f"for i in 1 2 3; do echo trial{trial}-racer{k}-line$i; done; sleep 600"],
                                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                    for k in range(2)]
