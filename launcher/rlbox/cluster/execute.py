@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import requests
+
 from rlbox.cluster import jobs
 from rlbox.cluster import ray
 from rlbox.cluster import sharing
@@ -481,22 +483,27 @@ def _follow(client: jobs.JobsClient, submission: str, cluster: Cluster, log_path
     watcher = cluster.watcher()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     looking = [append]  # after a restart: until verl says the step it resumed from
-    with log_path.open("a" if append else "w", encoding="utf-8") as log:
-        def both(text: str) -> None:
-            log.write(text)
-            log.flush()
-            emit(text)
-            if looking[0]:
-                step = jobs.resumed_step(text)
-                if step is not None:
-                    looking[0] = False
-                    run.resumed(step, echo)
+    try:
+        with log_path.open("a" if append else "w", encoding="utf-8") as log:
+            def both(text: str) -> None:
+                log.write(text)
+                log.flush()
+                emit(text)
+                if looking[0]:
+                    step = jobs.resumed_step(text)
+                    if step is not None:
+                        looking[0] = False
+                        run.resumed(step, echo)
 
-        try:
-            return client.follow(submission, both, tick=watcher.check)
-        except jobs.LostContact as lost:
-            watcher.check(force=True)  # a lost head is named as such
-            raise RlboxError(f"{lost}; every node was cleaned up") from None
+            try:
+                return client.follow(submission, both, tick=watcher.check)
+            except jobs.LostContact as lost:
+                watcher.check(force=True)  # a lost head is named as such
+                raise RlboxError(f"{lost}; every node was cleaned up") from None
+    except OSError as err:  # the log file cannot be written (a full runs dir): name it
+        if isinstance(err, requests.RequestException) or err.filename:
+            raise
+        raise OSError(err.errno, err.strerror, str(log_path)) from None
 
 
 def guarded(hook: Callable[[list[Node], Path], str | None], nodes: list[Node], log_path: Path, *,

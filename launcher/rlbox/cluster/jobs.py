@@ -315,13 +315,24 @@ def exit_code(info: dict) -> int:
     return 1
 
 
-def ended(info: dict) -> str:
-    """How the job ended, in words: ``FAILED with exit code 3``, ``killed by SIGKILL (9): out of
-    memory?``."""
-    status = info.get("status", "UNKNOWN")
+def killed_by(info: dict) -> int | None:
+    """The signal that killed the job's driver, if one did: Ray says -N when it ran the driver
+    itself, the shell in front of it 128 + N (137: SIGKILL, what the kernel's OOM killer sends)."""
     code = info.get("driver_exit_code")
-    if isinstance(code, int) and not isinstance(code, bool) and code < 0:
-        return f"{status}: its driver was {signal_words(-code)}"
+    if info.get("status") != "FAILED" or not isinstance(code, int) or isinstance(code, bool):
+        return None
+    if code < 0:
+        return -code
+    return code - 128 if 128 < code <= 128 + 64 else None
+
+
+def ended(info: dict) -> str:
+    """How the job ended, in words: ``FAILED with exit code 3``, ``FAILED: its driver was killed
+    by SIGKILL (9): out of memory? ...``."""
+    status = info.get("status", "UNKNOWN")
+    signum = killed_by(info)
+    if signum is not None:
+        return f"{status}: its driver was {signal_words(signum)} (exit code {exit_code(info)})"
     return f"{status} with exit code {exit_code(info)}"
 
 
