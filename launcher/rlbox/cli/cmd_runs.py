@@ -114,8 +114,8 @@ def logs_cmd(name, runs_dir, follow):
         if follow:
             looking = _watcher(state, nodes)
             looking.dashboard = client.base
-            looking.check(force=True)
             try:
+                looking.check(force=True)
                 info = client.follow(state.submission_id, lambda t: (sys.stdout.write(t), sys.stdout.flush()),
                                      tick=looking.check)
             except watch.NodeLost as lost:
