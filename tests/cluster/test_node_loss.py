@@ -16,6 +16,7 @@ from support.job_run import Run
 
 pytestmark = pytest.mark.engine
 
+
 @pytest.fixture(autouse=True)
 def no_leftovers_between_tests():
     yield

@@ -27,6 +27,12 @@ ALIVE = [RayNode("10.0.0.1", True, True, 8), RayNode("10.0.0.2", True, False, 8)
      "node2 (h2), the worker, was lost: Ray marks it DEAD (health check failed)"),
     # a node that re-joined (new node id, same address) is alive
     ([UP, UP, UP], [*ALIVE, RayNode("10.0.0.3", False, False, 8, "old")], 0, None),
+    # frozen: `docker pause` (or the engine froze it) is seen at once, not after Ray's health checks
+    ([UP, Box("paused"), UP], ALIVE, 0, "node1 (h1), the worker, was lost: its container is paused (frozen"),
+    ([Box("paused"), UP, UP], None, 0, "node0 (h0), the Ray head, was lost: its container is paused"),
+    # cut off (docker network disconnect, a partition): the container runs, Ray's GCS marks it DEAD
+    ([UP, UP, UP], [ALIVE[0], RayNode("10.0.0.2", False, False, 8, "Health check failed due to timeout"), ALIVE[2]], 0,
+     "node1 (h1), the worker, was lost: Ray marks it DEAD (Health check failed due to timeout)"),
     ([UP, UP, UP], None, 3, None),
     ([UP, UP, UP], None, 12, "node0 (h0), the Ray head, was lost: its Ray dashboard has not answered for 12 s"),
 ])
@@ -36,6 +42,83 @@ def test_judge(boxes, table, down, expected):
         assert loss is None
     else:
         assert loss is not None and loss.line().startswith(expected), loss
+
+
+def test_rows_are_matched_by_the_address_the_node_reported_not_its_name():
+    """Hosts given by name (node1) or simulated (sim1): Ray's rows carry the node's IP, which the
+    node reported when it started; the watch matches by that."""
+    from rlbox.cluster import launch
+
+    plan, _ = launch.prepare(launch.RunRequest(hosts="node-a,node-b", image="localhost/x:1", hardware="a3",
+                                               devices=8, smoke_test=True, name="ft-addr", dry_run=True))
+    by_name = watch.expected_of(plan)
+    assert [e.address for e in by_name] == ["node-a", "node-b"]  # unresolvable here: nothing better planned
+    reported = watch.expected_of(plan, {0: "10.1.0.5", 1: "10.1.0.6"})
+    assert [(e.label, e.role, e.address) for e in reported] == [
+        ("node0 (node-a)", "head", "10.1.0.5"), ("node1 (node-b)", "worker", "10.1.0.6")]
+    table = [RayNode("10.1.0.5", True, True, 8), RayNode("10.1.0.6", False, False, 8, "Health check failed")]
+    assert judge(by_name, [UP, UP], table) is None  # by name, the DEAD row is never seen (the defect)
+    assert judge(reported, [UP, UP], table).line() == \
+        "node1 (node-b), the worker, was lost: Ray marks it DEAD (Health check failed)"
+    record = [{"index": 0, "host": "node-a", "role": "head"}, {"index": 1, "host": "node-b", "role": "worker"}]
+    assert watch.expected_of_record(record, {"0": "10.1.0.5", "1": "10.1.0.6"}) == reported
+
+
+@pytest.mark.parametrize("output, address", [
+    ("rlbox-node: worker on 172.30.7.3 (eth0), head 172.30.7.2:20000\n", "172.30.7.3"),
+    ("noise\n\x1b[0mrlbox-node: head on 10.0.0.1 (bond0), head 10.0.0.1:20000\nRay runtime started.\n", "10.0.0.1"),
+    ("rlbox-node: cannot resolve the head h0 on this node\n", None),
+    ("", None),
+])
+def test_reported_address_is_read_from_the_node_scripts_line(output, address):
+    assert watch.reported_address(output) == address
+
+
+@pytest.mark.parametrize("info, code, words", [
+    ({"status": "SUCCEEDED", "driver_exit_code": 0}, 0, "SUCCEEDED with exit code 0"),
+    ({"status": "FAILED", "driver_exit_code": 3}, 3, "FAILED with exit code 3"),
+    ({"status": "FAILED", "driver_exit_code": -9}, 137, "FAILED: its driver was killed by SIGKILL (9): out of memory?"),
+    ({"status": "FAILED", "driver_exit_code": 137}, 137, "FAILED: its driver was killed by SIGKILL (9): out of memory?"),
+    ({"status": "FAILED", "driver_exit_code": 130}, 130, "FAILED: its driver was killed by SIGINT (2)"),
+    ({"status": "FAILED", "driver_exit_code": 200}, 200, "FAILED with exit code 200"),
+    ({"status": "FAILED", "driver_exit_code": -15}, 143, "FAILED: its driver was killed by SIGTERM (15)"),
+    ({"status": "FAILED", "driver_exit_code": -11}, 139, "FAILED: its driver was killed by SIGSEGV (11)"),
+    ({"status": "FAILED", "driver_exit_code": None}, 1, "FAILED with exit code 1"),
+    ({"status": "FAILED", "driver_exit_code": 300}, 255, "FAILED with exit code 255"),
+    ({"status": "STOPPED"}, 130, "STOPPED with exit code 130"),
+])
+def test_a_killed_driver_is_told_from_a_failed_one(info, code, words):
+    assert jobs.exit_code(info) == code
+    assert jobs.ended(info).startswith(words)
+
+
+def test_interrupts_exit_with_the_shells_codes():
+    import signal
+
+    from rlbox.core import engine
+
+    assert engine.exit_code_of(engine.Interrupted(signal.SIGTERM)) == 143
+    assert engine.exit_code_of(engine.Interrupted(signal.SIGINT)) == 130
+    assert engine.exit_code_of(KeyboardInterrupt()) == 130
+
+
+def test_a_full_disk_rewrites_the_record_in_place(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    path = tmp_path / "state.json"
+    RunState({"run": "r", "run_id": "x", "pad": "y" * 100}, Phase.RUNNING).save(path)
+    real = Path.write_text
+
+    def full(self, *a, **kw):
+        if self.suffix == ".tmp":
+            raise OSError(28, "No space left on device", str(self))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    RunState({"run": "r", "run_id": "x", "pad": "y" * 100}, Phase.REMOVED, reason="cannot write log").save(path)
+    back = RunState.from_dict(__import__("json").loads(path.read_text()))
+    assert back.phase is Phase.REMOVED and back.reason == "cannot write log"
+    assert not (tmp_path / "state.tmp").exists()
 
 
 def test_for_restart_resumes_verl_and_renames_the_submission():

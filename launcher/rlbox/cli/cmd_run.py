@@ -143,8 +143,8 @@ def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_fil
                               detach=detach, keep=keep, before=before, on_failure=triage_after_failure,
                               max_restarts=plan.max_restarts, tty=err.is_terminal)
     if outcome.exit_code:
-        raise RlboxError(f"job of run '{name}' {outcome.status} with exit code {outcome.exit_code}; log: {outcome.log_path}",
-                         exit_code=outcome.exit_code)
+        raise RlboxError(f"job of run '{name}' {outcome.ended or f'{outcome.status} with exit code {outcome.exit_code}'}; "
+                         f"log: {outcome.log_path}", exit_code=outcome.exit_code)
 
 
 @click.command("validate")

@@ -5,18 +5,39 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 from rich.table import Table
 
-from rlbox.cli.common import NAME, RUNS_DIR, out
+from rlbox.cli.common import NAME, RUNS_DIR, err, out
 from rlbox.cluster import state as run_state
-from rlbox.cluster.execute import remove_run
-from rlbox.cluster.hosts import connect, connect_all
-from rlbox.cluster.jobs import JobsClient, exit_code
-from rlbox.cluster.plan import LABEL_RUN
+from rlbox.cluster import watch
+from rlbox.cluster.execute import NODE_LOST_EXIT, remove_run
+from rlbox.cluster.hosts import connect_all
+from rlbox.cluster.jobs import JobsClient, ended, exit_code
 from rlbox.cluster.state import Phase
 from rlbox.core.errors import RlboxError
+
+
+LIVE = (Phase.STARTING, Phase.READY, Phase.RUNNING, Phase.RESTARTING)
+
+
+def _watcher(state, nodes) -> watch.Watch:
+    return watch.Watch(watch.expected_of_record(state.nodes, state.addresses), [n["container"] for n in state.nodes],
+                       nodes, None)
+
+
+def _keep_log(state, client: JobsClient) -> str | None:
+    """A copy of the job's log under the run dir while the head still has it (a detached run
+    has no other); the reason when it cannot be taken."""
+    if not (state.submission_id and state.log):
+        return None
+    try:
+        client.save_log(state.submission_id, Path(state.log))
+    except (RlboxError, OSError) as err:
+        return str(err)
+    return None
 
 
 @click.command("status")
@@ -24,37 +45,50 @@ from rlbox.core.errors import RlboxError
 @RUNS_DIR
 @click.option("--json", "as_json", is_flag=True)
 def status_cmd(name, runs_dir, as_json):
-    """Show a run: its nodes' containers and the job's status."""
+    """Show a run: its nodes' containers and the job's status. A run its record calls live whose
+    container stopped, froze or vanished is shown as lost, naming the node (the record may not
+    know: rlbox was killed, or the run was detached)."""
     state = run_state.load(runs_dir, name)
     nodes = connect_all(state.hosts())
     rows = []
+    loss = None
     try:
-        for entry, node in zip(state.nodes, nodes):
-            boxes = [b for b in node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={name}"})
-                     if b.name == entry["container"]]
+        boxes = _watcher(state, nodes).boxes()
+        for entry, box in zip(state.nodes, boxes):
             rows.append({"node": entry["index"], "host": entry["host"], "role": entry["role"], "npus": entry["npus"],
-                         "container": entry["container"], "state": boxes[0].status if boxes else "absent"})
+                         "container": entry["container"],
+                         "state": "absent" if box.status == watch.GONE else box.status})
+        if state.phase in LIVE:
+            loss = watch.judge(_watcher(state, []).expected, boxes, None)
         job = None
-        if state.submission_id and any(r["state"] == "running" for r in rows):
-            job = JobsClient(state.dashboard(nodes[0])).info(state.submission_id)
+        if state.submission_id and not loss and any(r["state"] == "running" for r in rows):
+            client = JobsClient(state.dashboard(nodes[0]))
+            job = client.info(state.submission_id)
+            _keep_log(state, client)
     finally:
         for n in nodes:
             n.close()
+    phase = "lost" if loss else state.phase_name
+    lost = loss.line() if loss else state.lost
     if as_json:
-        click.echo(json.dumps({"run": name, "phase": state.phase_name, "nodes": rows, "job": job,
-                               "lost": state.lost, "restarts": list(state.restarts or ())}, indent=2))
+        click.echo(json.dumps({"run": name, "phase": phase, "recorded_phase": state.phase_name, "nodes": rows,
+                               "job": job, "lost": lost, "reason": state.reason,
+                               "restarts": list(state.restarts or ())}, indent=2))
         return
     table = Table("NODE", "HOST", "ROLE", "NPUS", "CONTAINER", "STATE", box=None)
     for r in rows:
         table.add_row(str(r["node"]), r["host"], r["role"], str(r["npus"]), r["container"], r["state"])
-    out.print(f"run {name} ({state.run_id}): {state.phase_name}, image {state.image}")
+    recorded = f" (its record says {state.phase_name})" if loss else ""
+    out.print(f"run {name} ({state.run_id}): {phase}{recorded}, image {state.image}", markup=False)
     out.print(table)
     if job:
-        out.print(f"job {job.get('submission_id')}: {job.get('status')}  {job.get('message') or ''}")
+        out.print(f"job {job.get('submission_id')}: {job.get('status')}  {job.get('message') or ''}", markup=False)
     elif state.status:
         out.print(f"job: {state.status} (exit {state.exit_code})")
-    if state.lost:
-        out.print(f"lost: {state.lost}", markup=False)
+    if lost:
+        out.print(f"lost: {lost}", markup=False)
+    elif state.reason:
+        out.print(f"reason: {state.reason}", markup=False)
     for line in state.restart_lines():
         out.print(line, markup=False)
 
@@ -62,44 +96,67 @@ def status_cmd(name, runs_dir, as_json):
 @click.command("logs")
 @NAME
 @RUNS_DIR
-@click.option("-f", "--follow", is_flag=True, help="Keep streaming until the job ends.")
+@click.option("-f", "--follow", is_flag=True, help="Keep streaming until the job ends (or a node of the run is lost).")
 def logs_cmd(name, runs_dir, follow):
-    """Print the job's log (from the cluster while it runs, else the saved log file)."""
+    """Print the job's log (from the cluster while it runs, else the saved log file). What is
+    read from the cluster is also kept under the run dir. Following ends, naming the node, when
+    a node of the run is lost (its container stopped, froze or vanished, or Ray marks it DEAD)."""
     state = run_state.load(runs_dir, name)
-    if state.phase in (Phase.FINISHED, Phase.REMOVED) or not state.submission_id:
+    if state.phase not in LIVE or not state.submission_id:
         log = state.job_log()
         if log is None:
             raise RlboxError(f"run '{name}' has no job log (phase {state.phase_name})")
         sys.stdout.write(log.read_text())
         return
-    node = connect(state.hosts()[0])
+    nodes = connect_all(state.hosts())
     try:
-        client = JobsClient(state.dashboard(node))
+        client = JobsClient(state.dashboard(nodes[0]))
         if follow:
-            info = client.follow(state.submission_id, lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+            looking = _watcher(state, nodes)
+            looking.dashboard = client.base
+            try:
+                looking.check(force=True)
+                info = client.follow(state.submission_id, lambda t: (sys.stdout.write(t), sys.stdout.flush()),
+                                     tick=looking.check)
+            except watch.NodeLost as lost:
+                raise RlboxError(f"run '{name}': {lost}; the job cannot go on (`rlbox status --name {name}`, "
+                                 f"`rlbox stop --name {name}`)", exit_code=NODE_LOST_EXIT) from None
+            _keep_log(state, client)
             code = exit_code(info)
             if code:
-                raise RlboxError(f"job {info.get('status')} with exit code {code}", exit_code=code)
+                raise RlboxError(f"job {ended(info)}", exit_code=code)
         else:
             sys.stdout.write(client.logs(state.submission_id))
+            _keep_log(state, client)
     finally:
-        node.close()
+        for n in nodes:
+            n.close()
 
 
 @click.command("stop")
 @NAME
 @RUNS_DIR
 def stop_cmd(name, runs_dir):
-    """Remove exactly this run's containers (by label) on every node, and its simulation network."""
+    """Remove exactly this run's containers (by label) on every node, and its simulation network.
+    The job's log is copied under the run dir first (a detached run's only copy is on its head)."""
     state = run_state.load(runs_dir, name)
     nodes = connect_all(state.hosts())
     try:
+        kept = None
+        if state.submission_id and state.phase in LIVE:
+            kept = _keep_log(state, JobsClient(state.dashboard(nodes[0]), timeout=5.0))
         removed = remove_run(nodes, name, state.network_name)
     finally:
         for n in nodes:
             n.close()
-    state.advance(Phase.REMOVED).save(run_state.state_path(runs_dir, name))
+    if kept:
+        err.print(f"rlbox: warning: the job's log could not be copied before the stop ({kept})", markup=False)
     click.echo(f"run {name}: removed {removed} container(s) on {len(nodes)} node(s)")
+    try:
+        state.advance(Phase.REMOVED).save(run_state.state_path(runs_dir, name))
+    except OSError as error:
+        raise RlboxError(f"run {name}: its containers are removed, but {run_state.state_path(runs_dir, name)} "
+                         f"could not be updated ({error.strerror or error})") from None
 
 
 COMMANDS = (status_cmd, logs_cmd, stop_cmd)

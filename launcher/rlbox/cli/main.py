@@ -37,12 +37,12 @@ def main():
     except RlboxError as e:
         err.print(f"rlbox: error: {e}", markup=False)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:  # before or after a run's own cleanup path: no traceback, no second one
+    except KeyboardInterrupt as e:  # before or after a run's own cleanup path: no traceback, no second one
         from rlbox.core import engine
 
         engine.ignore_interrupts()
         err.print("rlbox: interrupted")
-        sys.exit(130)
+        sys.exit(engine.exit_code_of(e))
     except click.exceptions.Abort:
         err.print("rlbox: aborted")
         sys.exit(130)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import requests
+
 from rlbox.cluster import deliver
 from rlbox.cluster import jobs
 from rlbox.cluster import ray
@@ -21,7 +23,7 @@ from rlbox.cluster import watch
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.hosts import Node, connect_all, on_every
-from rlbox.cluster.plan import LABEL_RUN, NodePlan, RunPlan
+from rlbox.cluster.plan import LABEL_RUN, LABEL_RUN_ID, NodePlan, RunPlan
 from rlbox.cluster.state import STATE_FILE, Phase, RunState, restart_line
 
 Echo = Callable[[str], None]
@@ -57,6 +59,7 @@ class Cluster:
     echo: Echo
     dashboard: str | None = None
     addresses: dict[int, str] = field(default_factory=dict)  # node index -> address, once started
+    reported: set[int] = field(default_factory=set)  # nodes whose address is the one they reported
     _torn_down: bool = field(default=False, repr=False)
 
     # -- bring-up -------------------------------------------------------------------------
@@ -95,7 +98,7 @@ class Cluster:
 
     def start(self) -> None:
         if self.plan.network:
-            subnet = sim.create_network(self.nodes[0].client, self.plan.network, self.plan.run)
+            subnet = sim.create_network(self.nodes[0].client, self.plan.network, self.plan.run, self.plan.run_id)
             self.echo(f"simulation network {self.plan.network.name} on {subnet}")
 
         def start_one(pair):
@@ -121,33 +124,58 @@ class Cluster:
         self.dashboard = self.nodes[0].dashboard(self.plan.head, self.plan.ports.dashboard, self.plan.sim)
         return self.dashboard
 
-    def exited_node(self) -> str | None:
-        """A node whose container has stopped, with its last log line (a fatal condition)."""
+    def watcher(self) -> watch.Watch:
+        """The node watch of this cluster: each container, and Ray's row of the address each node reported."""
+        return watch.Watch(watch.expected_of(self.plan, self.addresses), [n.container.name for n in self.plan.nodes],
+                           self.nodes, self.dashboard)
+
+    def learn_addresses(self) -> None:
+        """The address each node said it starts Ray on (its first output line): Ray's node table
+        carries it, not the host's name."""
         for node_plan, node in zip(self.plan.nodes, self.nodes):
+            if node_plan.index in self.reported:
+                continue
             try:
-                box = node.client.containers.get(node_plan.container.name)
-            except Exception:  # noqa: BLE001
-                return f"{node_plan.label} container is gone"
-            if box.status in ("exited", "dead"):
-                tail = box.logs(tail=3).decode(errors="replace").strip().splitlines()
-                return f"{node_plan.label} exited: {tail[-1] if tail else 'no output'}"
-        return None
+                text = node.client.containers.get(node_plan.container.name).logs().decode(errors="replace")
+            except Exception:  # noqa: BLE001 - not there yet, or gone: the watch names that
+                continue
+            address = watch.reported_address(text)
+            if address:  # what the node says wins over what its engine gave (the same on a simulation)
+                self.addresses[node_plan.index] = address
+                self.reported.add(node_plan.index)
 
     def wait_ready(self, timeout: float) -> None:
-        expected = {f"node{n.index} ({n.host.name})": self.addresses.get(n.index) or n.host.address or n.host.name
-                    for n in self.plan.nodes}
+        """Until every NPU has joined Ray. A node whose container stops, freezes or vanishes
+        meanwhile is lost (NodeLost: a restart may follow)."""
+        looking = self.watcher()
+
+        def lost_node() -> None:
+            loss = watch.judge(looking.expected, looking.boxes(), None)
+            if loss is not None:
+                raise watch.NodeLost(loss)
+            self.learn_addresses()
+
+        self.learn_addresses()
+        expected = {e.label: e.address for e in self.watcher().expected}
 
         def progress(nodes_up: int, npus: int, total: int) -> None:
             self.echo(f"ray: {nodes_up}/{len(self.plan.nodes)} nodes, {npus}/{total} NPUs")
 
-        ray.wait_for_npus(self.dashboard, expected, self.plan.total_npus, timeout, progress, self.exited_node)
+        ray.wait_for_npus(self.dashboard, expected, self.plan.total_npus, timeout, progress, lost_node)
+        self.learn_addresses()
 
     # -- teardown -------------------------------------------------------------------------
+    def remove_own(self) -> None:
+        """Remove this run id's containers, claims and network, nothing of another run of the
+        same name (one that took the name over with --replace keeps everything it holds)."""
+        remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None,
+                   run_id=self.plan.run_id)
+
     def teardown(self) -> None:
         if self._torn_down:
             return
         self._torn_down = True
-        remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None)
+        self.remove_own()
         for node in self.nodes:
             node.close()
 
@@ -171,18 +199,25 @@ def _drop_name(plan: RunPlan, nodes: list[Node]) -> None:
         engine.remove_quietly(box)
 
 
-def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of: str | None = None) -> int:
-    """Remove every container labelled with this run on every node, then the sim network."""
+def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of: str | None = None,
+               run_id: str | None = None) -> int:
+    """Remove every container labelled with this run on every node (only run id ``run_id``'s
+    when given, with its claims), then the sim network (only ``run_id``'s, when given)."""
+    label = f"{LABEL_RUN_ID}={run_id}" if run_id else f"{LABEL_RUN}={run}"
 
     def remove(node: Node) -> set[str]:
         try:
-            boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"})
+            boxes = node.client.containers.list(all=True, filters={"label": label})
         except Exception as err:  # noqa: BLE001 - an engine gone away: say which, go on with the others
             raise RlboxError(f"{node.host.name}: cannot list run {run}'s containers ({engine.reason(err)}); "
                              f"rerun `rlbox stop --name {run}`") from None
+        boxes = [b for b in boxes if b.labels.get(LABEL_RUN) == run]
         for box in boxes:  # nodes may share one engine: a box may be gone already
             engine.remove_quietly(box)
-        sharing.release(node.client, run, keep_claims_of)
+        if run_id:
+            sharing.release_own(node.client, run, run_id)
+        else:
+            sharing.release(node.client, run, keep_claims_of)
         return {box.id for box in boxes}
 
     results, errors = on_every(remove, nodes)
@@ -193,6 +228,8 @@ def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of:
         for net in nodes[0].client.networks.list(names=[network]):
             if net.name != network:  # the engine matches names by substring
                 continue
+            if run_id and (net.attrs.get("Labels") or {}).get(LABEL_RUN_ID) not in (run_id, None):
+                continue  # another run of this name made it (it took the name over)
             try:
                 net.remove()
             except Exception:  # noqa: BLE001 - still in use: removed with its last container
@@ -201,12 +238,16 @@ def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of:
 
 
 # ---------------------------------------------------------------------------------------------
+NODE_LOST_EXIT = 2  # a lost node ends `rlbox run` with this code, and state.json records it
+
+
 @dataclass
 class Outcome:
     exit_code: int
     status: str
     ready_seconds: float
     log_path: Path | None
+    ended: str = ""  # how the job ended, in words (jobs.ended)
 
 
 def execute(
@@ -232,7 +273,7 @@ def execute(
     again and the job resubmitted (jobs.for_restart); so is a failed job whose triage
     (``on_failure``) returns a retryable cause."""
     state_file = run_dir / STATE_FILE
-    run = _Run(plan, RunState(plan.as_dict(), Phase.STARTING), state_file)
+    run = _Run(plan, RunState(plan.as_dict(), Phase.STARTING), state_file, echo)
     log_path = run_dir / f"{plan.run_id}.log"
     started = time.monotonic()
     nodes = connect_all(tuple(n.host for n in plan.nodes))
@@ -251,7 +292,7 @@ def execute(
                     sim.write_hosts(plan)
                 if before is not None:  # checks that need the engines but must pass before anything starts
                     before(nodes)
-                sharing.claim_name(plan, nodes, replace)  # of two runs of one name started at once, one goes on
+                sharing.claim_name(plan, nodes, replace)  # of two starts of one name at once, one goes on
                 try:
                     cluster.clear()  # only now: a failed check leaves a --replace'd run alone
                     sharing.claim(plan, nodes)  # atomic: NPUs and ports; a loser touches nothing else
@@ -262,62 +303,87 @@ def execute(
                 run.save()
                 job, attempt = plan.job, 0
                 while True:
-                    cluster.start()
-                    cluster.connect_dashboard()
-                    cluster.wait_ready(timeout)
-                    ready = time.monotonic() - started
-                    echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
-                    run.advance(Phase.READY, ready_seconds=round(ready, 2), log=str(log_path))
-                    if bring_up_only or job is None:
-                        cleanup = not keep
-                        return Outcome(0, "READY", ready, None)
-                    client = jobs.JobsClient(cluster.dashboard)
-                    submission = client.submit(job)
-                    echo(f"job {submission} submitted; log: {log_path}")
-                    run.advance(Phase.RUNNING, submission_id=submission)
-                    if detach:
-                        cleanup = False
-                        return Outcome(0, "RUNNING", ready, log_path)
                     try:
-                        info = _follow(client, submission, cluster, log_path, emit, run, echo, append=attempt > 0)
-                    except watch.NodeLost as lost:
-                        cause = str(lost)
-                        echo(f"lost: {cause}")
-                        if attempt >= max_restarts:
-                            run.advance(Phase.FINISHED, status="NODE_LOST", exit_code=1, lost=cause)
-                            raise RlboxError(f"run '{plan.run}' failed: {cause}"
-                                             + (f" (after {attempt} restart(s))" if attempt else "")
-                                             + "; every node was cleaned up") from None
+                        cluster.start()
+                        sharing.end_start(plan, nodes)  # held until the containers exist: a --replace after it sees them
+                        cluster.connect_dashboard()
+                        cluster.wait_ready(timeout)
+                    except watch.NodeLost as lost:  # a node lost while Ray comes up (the head too) is a loss
+                        cause = _loss(lost, run, nodes, attempt, max_restarts)
                     else:
-                        code = jobs.exit_code(info)
-                        status = info.get("status", "UNKNOWN")
-                        echo(f"job {submission} {status}" + (f" (exit {code})" if code else ""))
-                        run.advance(Phase.FINISHED, status=status, exit_code=code)
-                        cause = None
-                        if status == "FAILED" and on_failure is not None:  # while the containers still exist
-                            cause = guarded(on_failure, nodes, log_path, echo=echo)
-                        if cause is None or attempt >= max_restarts:
-                            if cause is not None:
-                                echo(f"no restart left ({attempt}/{max_restarts} used) for: {cause}")
+                        ready = time.monotonic() - started
+                        echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
+                        run.advance(Phase.READY, ready_seconds=round(ready, 2), log=str(log_path),
+                                    addresses={str(k): v for k, v in sorted(cluster.addresses.items())})
+                        if bring_up_only or job is None:
                             cleanup = not keep
-                            return Outcome(code, status, ready, log_path)
+                            return Outcome(0, "READY", ready, None)
+                        client = jobs.JobsClient(cluster.dashboard)
+                        submission = client.submit(job)
+                        echo(f"job {submission} submitted; log: {log_path}")
+                        run.advance(Phase.RUNNING, submission_id=submission)
+                        if detach:
+                            cleanup = False
+                            return Outcome(0, "RUNNING", ready, log_path)
+                        try:
+                            info = _follow(client, submission, cluster, log_path, emit, run, echo, append=attempt > 0)
+                        except watch.NodeLost as lost:
+                            cause = _loss(lost, run, nodes, attempt, max_restarts)
+                        else:
+                            code = jobs.exit_code(info)
+                            status = info.get("status", "UNKNOWN")
+                            ended = jobs.ended(info)
+                            echo(f"job {submission} {status}" + (f" (exit {code})" if code else "")
+                                 + (f": {ended.split(': ', 1)[1]}" if ": its driver was" in ended else ""))
+                            run.advance(Phase.FINISHED, status=status, exit_code=code,
+                                        reason=f"job {ended}" if code else None)
+                            cause = None
+                            if status == "FAILED" and on_failure is not None:  # while the containers still exist
+                                cause = guarded(on_failure, nodes, log_path, echo=echo)
+                            if cause is None or attempt >= max_restarts:
+                                if cause is not None:
+                                    echo(f"no restart left ({attempt}/{max_restarts} used) for: {cause}")
+                                cleanup = not keep
+                                return Outcome(code, status, ready, log_path, ended)
                     attempt += 1
                     job = jobs.for_restart(plan.job, attempt)
                     client = submission = None
                     run.restart(attempt, max_restarts, cause, echo)
-                    remove_run(nodes, plan.run, plan.network.name if plan.network else None)
+                    cluster.remove_own()
+                    cluster.addresses.clear()
+                    cluster.reported.clear()
                     if before is not None:  # the pre-flight checks again, on every node
                         before(nodes)
                     started = time.monotonic()
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as interrupt:
                 engine.ignore_interrupts()
+                code = engine.exit_code_of(interrupt)
                 echo("interrupted: stopping the job and tearing down every node")
                 if client and submission:
                     try:
                         client.stop(submission)
                     except RlboxError:
                         pass
-                raise RlboxError("interrupted; every node was cleaned up", exit_code=130) from None
+                if cleanup:
+                    run.failed("INTERRUPTED", code, f"interrupted by {signal_name(code - 128)}")
+                raise RlboxError("interrupted; every node was cleaned up", exit_code=code) from None
+            except OSError as err:  # the runs dir full or read-only; requests' errors are OSErrors too
+                what = f"cannot write {err.filename}: {err.strerror}" if err.filename else engine.reason(err)
+                if cleanup:
+                    run.failed("FAILED", 2, what)
+                raise RlboxError(f"run '{plan.run}' failed: {what}; "
+                                 + ("every node was cleaned up" if cleanup else "nothing was started")
+                                 + run.unsaved()) from None
+            except RlboxError as err:
+                if cleanup:
+                    if run.record.phase is not Phase.FINISHED:
+                        run.failed("FAILED", err.exit_code, str(err))
+                    taken = _taken_over_text(plan, nodes)
+                    if taken:
+                        raise RlboxError(taken + run.unsaved()) from None
+                if run.unsaved():
+                    raise RlboxError(str(err) + run.unsaved(), exit_code=err.exit_code) from None
+                raise
     finally:
         with engine.shielded():
             if cleanup:
@@ -329,6 +395,56 @@ def execute(
                     node.close()
 
 
+def _record_run_id(path: Path) -> str | None:
+    """The run id of the record at ``path`` (None: no readable record)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get("run_id") if isinstance(data, dict) else None
+
+
+def signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _taken_over_text(plan: RunPlan, nodes: list[Node]) -> str | None:
+    """The line for a run whose name another `rlbox run --replace` holds now, if one does."""
+    try:
+        holder = sharing.holder_of_name(plan, nodes)
+    except Exception:  # noqa: BLE001 - an engine gone: not a takeover we can tell
+        return None
+    if holder and holder != plan.run_id:
+        return (f"run '{plan.run}' (id {plan.run_id}) was taken over by another `rlbox run --replace --name {plan.run}` "
+                f"(run id {holder}); this one removed only its own containers and claims")
+    return None
+
+
+def _loss(lost: watch.NodeLost, run: "_Run", nodes: list[Node], attempt: int, max_restarts: int) -> str:
+    """A lost node: said; the end of the run when another --replace took it over or no restart
+    is left (recorded, raised); else the cause of the next restart."""
+    cause = str(lost)
+    run.echo(f"lost: {cause}")
+    _taken_over(run.plan, nodes)
+    if attempt >= max_restarts:
+        raise run.lost(cause, attempt) from None
+    return cause
+
+
+def _taken_over(plan: RunPlan, nodes: list[Node]) -> None:
+    """No restart for a run that another --replace took over: it ends, saying so."""
+    taken = _taken_over_text(plan, nodes)
+    if taken:
+        raise RlboxError(taken)
+
+
 @dataclass
 class _Run:
     """The run's record as it changes (saved at every change)."""
@@ -336,9 +452,36 @@ class _Run:
     plan: RunPlan
     record: RunState
     path: Path
+    echo: Echo = print
+    save_error: str | None = None  # why the record could not be written (said once, and in the last line)
+    saved: bool = False
 
     def save(self) -> None:
-        self.record.save(self.path)
+        """Write the record; a failure to (a full runs dir) is said once and kept for the last line.
+        Once another run of the name (a --replace) has written its own record there, never again."""
+        if self.saved and _record_run_id(self.path) not in (self.plan.run_id, None):
+            return
+        self.saved = True
+        try:
+            self.record.save(self.path)
+        except OSError as err:
+            if self.save_error is None:
+                self.save_error = err.strerror or str(err)
+                self.echo(f"warning: cannot write {self.path} ({self.save_error})")
+        else:
+            self.save_error = None
+
+    def unsaved(self) -> str:
+        return f"; {self.path} could not be written ({self.save_error})" if self.save_error else ""
+
+    def failed(self, status: str, code: int, reason: str) -> None:
+        self.advance(Phase.FINISHED, status=status, exit_code=code, reason=reason)
+
+    def lost(self, cause: str, attempt: int) -> RlboxError:
+        """A node lost with no restart left: recorded, and the error that ends the run."""
+        self.advance(Phase.FINISHED, status="NODE_LOST", exit_code=NODE_LOST_EXIT, lost=cause, reason=cause)
+        return RlboxError(f"run '{self.plan.run}' failed: {cause}" + (f" (after {attempt} restart(s))" if attempt else "")
+                          + "; every node was cleaned up" + self.unsaved(), exit_code=NODE_LOST_EXIT)
 
     def advance(self, phase: Phase, **changes) -> None:
         self.record = self.record.advance(phase, **changes)
@@ -360,25 +503,30 @@ class _Run:
 def _follow(client: jobs.JobsClient, submission: str, cluster: Cluster, log_path: Path, emit: Echo, run: _Run,
             echo: Echo, *, append: bool) -> dict:
     """Stream the job's log to the terminal and the log file while watching every node."""
-    watcher = watch.Watch(cluster.plan, cluster.nodes, cluster.dashboard)
+    watcher = cluster.watcher()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     looking = [append]  # after a restart: until verl says the step it resumed from
-    with log_path.open("a" if append else "w", encoding="utf-8") as log:
-        def both(text: str) -> None:
-            log.write(text)
-            log.flush()
-            emit(text)
-            if looking[0]:
-                step = jobs.resumed_step(text)
-                if step is not None:
-                    looking[0] = False
-                    run.resumed(step, echo)
+    try:
+        with log_path.open("a" if append else "w", encoding="utf-8") as log:
+            def both(text: str) -> None:
+                log.write(text)
+                log.flush()
+                emit(text)
+                if looking[0]:
+                    step = jobs.resumed_step(text)
+                    if step is not None:
+                        looking[0] = False
+                        run.resumed(step, echo)
 
-        try:
-            return client.follow(submission, both, tick=watcher.check)
-        except jobs.LostContact as lost:
-            watcher.check(force=True)  # a lost head is named as such
-            raise RlboxError(f"{lost}; every node was cleaned up") from None
+            try:
+                return client.follow(submission, both, tick=watcher.check)
+            except jobs.LostContact as lost:
+                watcher.check(force=True)  # a lost head is named as such
+                raise RlboxError(f"{lost}; every node was cleaned up") from None
+    except OSError as err:  # the log file cannot be written (a full runs dir): name it
+        if isinstance(err, requests.RequestException) or err.filename:
+            raise
+        raise OSError(err.errno, err.strerror, str(log_path)) from None
 
 
 def guarded(hook: Callable[[list[Node], Path], str | None], nodes: list[Node], log_path: Path, *,

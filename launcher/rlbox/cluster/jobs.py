@@ -195,6 +195,19 @@ class JobsClient:
         except ValueError:
             return ""
 
+    def save_log(self, submission_id: str, path) -> bool:
+        """Write the job's whole log (Ray replays it from its start) to ``path``: a detached
+        run's copy under its run dir, taken by `status`, `logs` and `stop` while the head lives.
+        False when the head gave nothing (the copy already there stays)."""
+        text = self.logs(submission_id)
+        if not text:
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+        return True
+
     def stop(self, submission_id: str) -> None:
         self._call("POST", f"/api/jobs/{submission_id}/stop")
 
@@ -285,10 +298,53 @@ class JobsClient:
 
 
 def exit_code(info: dict) -> int:
+    """The process exit code a job's end gives `rlbox run` / `rlbox logs -f`: 0 on success, the
+    driver's own code when it exited, 128 + N when signal N killed it (the shell's convention:
+    SIGKILL, an OOM kill, is 137), 130 for a stopped job, 1 when Ray gives no code."""
     status = info.get("status")
     if status == "SUCCEEDED":
         return 0
     if status == "STOPPED":
         return 130
     code = info.get("driver_exit_code")
-    return code if isinstance(code, int) and code > 0 else 1
+    if isinstance(code, int) and not isinstance(code, bool):
+        if code > 0:
+            return min(code, 255)
+        if code < 0:  # Ray (subprocess) reports a driver killed by signal N as -N
+            return 128 + min(-code, 127)
+    return 1
+
+
+def killed_by(info: dict) -> int | None:
+    """The signal that killed the job's driver, if one did: Ray says -N when it ran the driver
+    itself, the shell in front of it 128 + N (137: SIGKILL, what the kernel's OOM killer sends)."""
+    code = info.get("driver_exit_code")
+    if info.get("status") != "FAILED" or not isinstance(code, int) or isinstance(code, bool):
+        return None
+    if code < 0:
+        return -code
+    return code - 128 if 128 < code <= 128 + 64 else None
+
+
+def ended(info: dict) -> str:
+    """How the job ended, in words: ``FAILED with exit code 3``, ``FAILED: its driver was killed
+    by SIGKILL (9): out of memory? ...``."""
+    status = info.get("status", "UNKNOWN")
+    signum = killed_by(info)
+    if signum is not None:
+        return f"{status}: its driver was {signal_words(signum)} (exit code {exit_code(info)})"
+    return f"{status} with exit code {exit_code(info)}"
+
+
+def signal_words(number: int) -> str:
+    """``killed by SIGKILL (9): out of memory?`` for a signal number."""
+    import signal
+
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    hint = {9: ": out of memory? (the kernel's OOM killer sends SIGKILL; see `dmesg` on the node)",
+            15: ": stopped from outside (SIGTERM)", 11: ": a crash (segmentation fault)",
+            6: ": aborted (an assertion or a fatal library error)"}.get(number, "")
+    return f"killed by {name} ({number}){hint}"

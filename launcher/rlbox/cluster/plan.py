@@ -96,6 +96,14 @@ exec "$@" --node-ip-address="$ip" --address="$head:$port"
 """
 
 
+# Ray's GCS health check of every raylet (ray_config_def.h; the head's environment sets it):
+# Ray's defaults (period 3 s, timeout 10 s, 5 failures) call a frozen or cut-off node DEAD after
+# about a minute; these after about 20 s (4 checks in a row unanswered for 4 s each, one a
+# second). Not tighter: on a loaded host a raylet busy for seconds must not count as dead.
+HEALTH_CHECK_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "4000",
+                    "RAY_health_check_failure_threshold": "4"}
+
+
 @dataclass(frozen=True)
 class RayPorts:
     """A block of ports owned by one run: never Ray's defaults, so a stale cluster cannot collide."""
@@ -465,6 +473,8 @@ def node_container(
     env.update(ports.env())
     env.update(hccl)
     env.update({"RLBOX_RUN": run, "RLBOX_NODE": str(index), "RLBOX_HEAD": head})
+    if role == "head":  # the GCS runs the health checks: a frozen or cut-off node DEAD in ~20 s
+        env.update(HEALTH_CHECK_ENV)
     if host.nic:
         env["RLBOX_NIC"] = host.nic
     env.update(dict(extra_env))

@@ -8,7 +8,10 @@ and never started, named after what it holds (``rlbox-claim-HOST-npu3``): the en
 second container of the same name, so of two runs racing for one NPU exactly one gets it. Claims
 are taken one by one in one global order (by name), so two racing runs never both fail; the
 loser removes what it took and is told which run holds the rest. Claims carry the label
-``io.rlbox.claim=RUN`` and go with the run's containers.
+``io.rlbox.claim=RUN`` and go with the run's containers. Two starts of one run name are
+serialised by a start lock (a claim held from the name until the run's containers exist): the
+second is refused and touches nothing, so a --replace never clears what another start of the
+name is still taking; a run's teardown removes only its own run id's containers and claims.
 """
 
 from __future__ import annotations
@@ -105,17 +108,83 @@ def claims(plan) -> list[tuple[int, str, str]]:
     return sorted(out, key=lambda c: c[1])
 
 
+STALE_START = 120.0  # seconds: a start of one run name holds its lock for seconds; older, its rlbox died
+
+
+def start_lock(plan) -> tuple[int, str, str]:
+    """The lock every start of a run name holds from taking the name until its containers exist:
+    of two `rlbox run --name X` (with or without --replace) at once, exactly one gets it; a
+    --replace after it finds the earlier run's containers and claims all there to take over."""
+    return (0, f"rlbox-claim-run-{plan.run}-starting", f"the start of run '{plan.run}'")
+
+
 def claim_name(plan, nodes, replace: bool) -> None:
-    """Take the run's name first (before an earlier run of the name is cleared): of two
-    `rlbox run --name X` started at once, one goes on; under --replace an earlier run's name
-    claim is taken over (its containers and claims are removed next)."""
+    """Take the start lock, then the run's name (before an earlier run of the name is cleared).
+    A second start of the same name meanwhile is refused plainly and touches nothing. Under
+    --replace an earlier run's name claim is taken over (its containers and claims are removed
+    next, by the caller, which ends the start with ``end_start``)."""
+    _take_start_lock(plan, nodes, replace)
     try:
-        claim(plan, nodes, [name_claim(plan)])
-    except RlboxError:
-        if not replace:
-            raise
-        release(nodes[0].client, plan.run)
-        claim(plan, nodes, [name_claim(plan)])
+        try:
+            claim(plan, nodes, [name_claim(plan)])
+        except RlboxError:
+            if not replace:
+                raise
+            release(nodes[0].client, plan.run, keep_id=plan.run_id)  # the earlier run's; never our lock
+            claim(plan, nodes, [name_claim(plan)])
+    except BaseException:
+        end_start(plan, nodes)
+        raise
+
+
+def _take_start_lock(plan, nodes, replace: bool) -> None:
+    import datetime
+
+    from docker.errors import NotFound
+
+    lock = start_lock(plan)
+    for _ in range(2):
+        try:
+            claim(plan, nodes, [lock])
+            return
+        except RlboxError:
+            pass
+        client = nodes[0].client
+        try:
+            box = client.containers.get(lock[1])
+        except NotFound:
+            continue  # it ended in between: try again
+        holder = box.labels.get(LABEL_CLAIM_ID, "?")
+        try:
+            created = datetime.datetime.fromisoformat(box.attrs.get("Created", "")[:26].rstrip("Z") + "+00:00")
+            age = (datetime.datetime.now(datetime.timezone.utc) - created).total_seconds()
+        except ValueError:
+            age = 0.0
+        if replace and age > STALE_START:  # its rlbox died mid-start: --replace takes over
+            engine.remove_quietly(box)
+            continue
+        raise RlboxError(f"another `rlbox run --name {plan.run}` (run id {holder}) is starting right now; this one "
+                         "stopped and touched nothing (wait for it, then `rlbox run --replace` if you mean to "
+                         f"replace it; `rlbox stop --name {plan.run}` ends it)")
+    raise RlboxError(f"cannot take the start lock of run '{plan.run}': it keeps changing hands; try again")
+
+
+def end_start(plan, nodes) -> None:
+    """Give back the start lock (this run id's only)."""
+    for box in nodes[0].client.containers.list(all=True, filters={"label": f"{LABEL_CLAIM_ID}={plan.run_id}"}):
+        if box.name == start_lock(plan)[1]:
+            engine.remove_quietly(box)
+
+
+def holder_of_name(plan, nodes) -> str | None:
+    """The run id holding this run's name now (None: nobody), to tell a run taken over by
+    another `rlbox run --replace` from one that failed on its own."""
+    from docker.errors import NotFound
+
+    try:
+        return nodes[0].client.containers.get(name_claim(plan)[1]).labels.get(LABEL_CLAIM_ID)
+    except NotFound:
+        return None
 
 
 def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
@@ -166,6 +235,16 @@ def release(client, run: str, keep_id: str | None = None) -> None:
     # high-level one reads each container again (one removed in between would fail it)
     for box in client.api.containers(all=True, filters={"label": f"{LABEL_CLAIM}={run}"}):
         if keep_id is None or (box.get("Labels") or {}).get(LABEL_CLAIM_ID) != keep_id:
+            try:
+                client.api.remove_container(box["Id"], force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+def release_own(client, run: str, run_id: str) -> None:
+    """Remove the claims run id ``run_id`` of run ``run`` holds on one engine, and nothing else."""
+    for box in client.api.containers(all=True, filters={"label": f"{LABEL_CLAIM_ID}={run_id}"}):
+        if (box.get("Labels") or {}).get(LABEL_CLAIM) == run:
             try:
                 client.api.remove_container(box["Id"], force=True)
             except Exception:  # noqa: BLE001 - already gone

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from rlbox.core.errors import RlboxError
-from rlbox.cluster.plan import LABEL_MANAGED, LABEL_RUN, SimNetwork
+from rlbox.cluster.plan import LABEL_MANAGED, LABEL_RUN, LABEL_RUN_ID, SimNetwork
 
 # Name column of `npu-smi info`, chips per NPU id, and the PCI bus ids in the order real hosts
 # print them (Atlas 800T A2: vllm-ascend issue #198; Atlas 800T A3: issue #5825).
@@ -125,7 +125,7 @@ def _held_subnets(client) -> set[ipaddress.IPv4Network]:
     return held
 
 
-def create_network(client, net: SimNetwork, run: str) -> str:
+def create_network(client, net: SimNetwork, run: str, run_id: str | None = None) -> str:
     """Create the run's network on the first /24 of 172.30.0.0/16 (starting at one chosen by
     the run's name) that no network of the engine holds; a subnet taken in between by another
     rlbox (the engine refuses an overlap) moves on to the next. Returns the subnet."""
@@ -142,7 +142,7 @@ def create_network(client, net: SimNetwork, run: str) -> str:
             client.networks.create(
                 net.name, driver="bridge", check_duplicate=True,
                 ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(subnet))]),
-                labels={LABEL_MANAGED: "true", LABEL_RUN: run},
+                labels={LABEL_MANAGED: "true", LABEL_RUN: run, **({LABEL_RUN_ID: run_id} if run_id else {})},
             )
             return str(subnet)
         except APIError as err:

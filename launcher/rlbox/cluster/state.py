@@ -29,7 +29,8 @@ class Phase(str, Enum):
 
 
 # What the run adds to its plan (RunPlan.as_dict()); everything else in state.json is the plan.
-_OWN = ("phase", "ready_seconds", "log", "submission_id", "status", "exit_code", "lost", "restarts")
+_OWN = ("phase", "ready_seconds", "log", "submission_id", "status", "exit_code", "lost", "restarts", "reason",
+        "addresses")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class RunState:
     exit_code: int | None = None
     lost: str | None = None  # the node lost that ended the run, as rlbox named it
     restarts: tuple[dict[str, Any], ...] | None = None  # {attempt, of, cause, resumed_step} each
+    reason: str | None = None  # why the run failed, as rlbox said it (any failure after its start)
+    addresses: dict[str, str] | None = None  # node index -> the address the node reported (Ray's rows carry it)
 
     # -- what readers need of the plan ------------------------------------------------------
     @property
@@ -92,6 +95,8 @@ class RunState:
         own = {k: getattr(self, k) for k in _OWN if getattr(self, k) is not None}
         if self.restarts is not None:
             own["restarts"] = [dict(r) for r in self.restarts]
+        if self.addresses is not None:
+            own["addresses"] = dict(self.addresses)
         if self.phase is not None:
             own["phase"] = self.phase.value
         return self.plan | own
@@ -105,16 +110,31 @@ class RunState:
         phase = Phase(data["phase"]) if data.get("phase") in {p.value for p in Phase} else None
         plan = {k: v for k, v in data.items() if k not in _OWN}
         restarts = data.get("restarts")
+        addresses = data.get("addresses")
         return cls(plan, phase, data.get("ready_seconds"), data.get("log"), data.get("submission_id"),
                    data.get("status"), data.get("exit_code"), data.get("lost"),
-                   tuple(r for r in restarts if isinstance(r, dict)) if isinstance(restarts, list) else None)
+                   tuple(r for r in restarts if isinstance(r, dict)) if isinstance(restarts, list) else None,
+                   data.get("reason") if isinstance(data.get("reason"), str) else None,
+                   {str(k): v for k, v in addresses.items() if isinstance(v, str)} if isinstance(addresses, dict) else None)
 
     def save(self, path: Path) -> None:
-        """Write atomically: a reader sees the old record or the new one, never half of one."""
+        """Write atomically: a reader sees the old record or the new one, never half of one. On a
+        full disk (no room for the second copy) the record is rewritten in place instead, so that
+        it still tells the truth; OSError when even that fails."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.as_dict(), indent=2))
-        tmp.replace(path)
+        text = json.dumps(self.as_dict(), indent=2)
+        try:
+            tmp.write_text(text)
+            tmp.replace(path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            data, blocks = text.encode(), lambda n: -(-n // 4096)
+            if not path.is_file() or blocks(len(data)) > blocks(path.stat().st_size):
+                raise
+            with path.open("r+b") as f:  # the old record's blocks hold the new one: no new space needed
+                f.write(data)
+                f.truncate()
 
 
 def restart_line(r: dict[str, Any]) -> str:

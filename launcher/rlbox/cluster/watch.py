@@ -2,8 +2,12 @@
 
 ``judge`` is the pure judgement (facts in, the first lost node out, table-tested); ``Watch``
 gathers the facts at most once per ``every`` seconds and raises NodeLost naming the node and
-what happened to it. A killed container is seen by its engine at once; a raylet that died in a
-running container is seen when Ray marks its node DEAD (Ray's health checks: ~15 s).
+what happened to it. A killed or frozen (paused) container is seen by its engine at once; a
+node cut off from the others, or a raylet that died or froze in a running container, is seen
+when Ray's GCS marks its node DEAD: its health check, which rlbox tightens (plan.HEALTH_CHECK_ENV:
+a node silent for ~20 s instead of Ray's default ~60 s). Ray's rows are matched by the address
+the node itself reported when it started (``reported_address``: the node script's line), never
+by the host's name, so hosts given by name, by address or simulated are watched alike.
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ GONE = "gone"  # the container no longer exists
 UNREACHABLE = "unreachable"  # its engine does not answer
 ENGINE_PATIENCE = 5.0  # seconds an engine may not answer before its node counts as lost
 DASHBOARD_PATIENCE = 10.0  # seconds the head's dashboard may not answer while its container runs
+_REPORTED = re.compile(r"^rlbox-node: (head|worker) on (\S+) \(", re.MULTILINE)
+
+
+def reported_address(output: str) -> str | None:
+    """The address a node said it starts Ray on (the node script's ``rlbox-node: ROLE on IP
+    (NIC), head ...`` line, which passes the same IP to ``ray start --node-ip-address``)."""
+    found = _REPORTED.findall(_ANSI.sub("", output))
+    return found[-1][1] if found else None
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,8 @@ def judge(expected: list[Expected], boxes: list[Box], table: list[ray.RayNode] |
             return Loss(node.label, node.role, "its container is gone (removed or its host rebooted)")
         if box.status == UNREACHABLE and box.since >= ENGINE_PATIENCE:
             return Loss(node.label, node.role, f"its engine has not answered for {box.since:.0f} s")
+        if box.status == "paused":
+            return Loss(node.label, node.role, "its container is paused (frozen: `docker pause` or the engine froze it)")
         if box.status in ("exited", "dead"):
             code = f" with code {box.exit_code}" if box.exit_code is not None else ""
             killed = box.exit_code in (137, 143)
@@ -94,27 +108,39 @@ def judge(expected: list[Expected], boxes: list[Box], table: list[ray.RayNode] |
     return None
 
 
-def expected_of(plan: RunPlan) -> list[Expected]:
-    return [Expected(n.label, n.role, n.container.ip or n.host.address or n.host.name) for n in plan.nodes]
+def expected_of(plan: RunPlan, addresses: dict[int, str] | None = None) -> list[Expected]:
+    """Each node and the address Ray knows it by: the one it reported (``addresses``, by node
+    index), else the planned one."""
+    addresses = addresses or {}
+    return [Expected(n.label, n.role, addresses.get(n.index) or n.container.ip or n.host.address or n.host.name)
+            for n in plan.nodes]
+
+
+def expected_of_record(nodes: list[dict], addresses: dict[str, str] | None) -> list[Expected]:
+    """The same, from a run's record (state.json's ``nodes`` and ``addresses``)."""
+    addresses = addresses or {}
+    return [Expected(f"node{n.get('index')} ({n.get('host')})", n.get("role", "worker"),
+                     addresses.get(str(n.get("index"))) or n.get("host", "")) for n in nodes]
 
 
 class Watch:
-    """Every node of a running cluster, looked at no more often than ``every`` seconds."""
+    """Every node of a running cluster, looked at no more often than ``every`` seconds.
+    ``containers``: each node's container name; ``expected``: each node's label, role, address."""
 
-    def __init__(self, plan: RunPlan, nodes: list[Node], dashboard: str | None, every: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):
-        self.plan, self.nodes, self.dashboard, self.every, self.clock = plan, nodes, dashboard, every, clock
-        self.expected = expected_of(plan)
+    def __init__(self, expected: list[Expected], containers: list[str], nodes: list[Node], dashboard: str | None,
+                 every: float = 1.0, clock: Callable[[], float] = time.monotonic):
+        self.containers, self.nodes, self.dashboard, self.every, self.clock = containers, nodes, dashboard, every, clock
+        self.expected = expected
         self._last = float("-inf")
         self._silent_since: dict[int, float] = {}
         self._dashboard_down_since: float | None = None
 
     def _box(self, index: int) -> Box:
-        node_plan, node = self.plan.nodes[index], self.nodes[index]
+        node = self.nodes[index]
         from docker.errors import NotFound
 
         try:
-            box = node.client.containers.get(node_plan.container.name)
+            box = node.client.containers.get(self.containers[index])
         except NotFound:
             return Box(GONE)
         except Exception:  # noqa: BLE001 - an engine that does not answer: how long matters
@@ -141,11 +167,16 @@ class Watch:
         self._dashboard_down_since = None
         return table
 
-    def look(self) -> Loss | None:
-        """Gather the facts now and judge them."""
+    def boxes(self) -> list[Box]:
+        """What each node's engine says of its container, now."""
         boxes, errors = on_every(self._box, list(range(len(self.nodes))))
         if errors:
             raise errors[0]
+        return boxes
+
+    def look(self) -> Loss | None:
+        """Gather the facts now and judge them."""
+        boxes = self.boxes()
         table = self._table()
         down = self.clock() - self._dashboard_down_since if self._dashboard_down_since else 0.0
         return judge(self.expected, boxes, table, down)

@@ -60,9 +60,22 @@ def remove_stale(client, name: str) -> None:
     old.remove(force=True)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM taken as Ctrl-C; ``signum`` says which (the exit code is 128 + it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def exit_code_of(interrupt: BaseException) -> int:
+    """The shell's code for an interrupt: 130 for SIGINT (Ctrl-C), 143 for SIGTERM."""
+    return 128 + getattr(interrupt, "signum", signal.SIGINT)
+
+
 def _interrupt(signum, frame):
     ignore_interrupts()  # the first one counts: a second Ctrl-C must not break the cleanup it starts
-    raise KeyboardInterrupt
+    raise Interrupted(signum)
 
 
 def ignore_interrupts() -> None:

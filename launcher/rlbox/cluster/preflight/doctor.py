@@ -90,9 +90,12 @@ def judge(facts: NodeFacts, node_plan: NodePlan, plan: RunPlan, replace: bool) -
     ports = plan.ports.as_dict()
     wanted = {v: k for k, v in ports.items() if isinstance(v, int)}
     taken = sorted(p for p in wanted if p in facts.listening)
-    add("ports", not taken, f"{len(wanted)} Ray ports of run {plan.run} free" if not taken else
-        "taken: " + ", ".join(f"{p} ({wanted[p]})" for p in taken),
-        f"find the owner: ss -ltnp 'sport = :{taken[0]}'; or use another --name" if taken else "")
+    if taken and replace and facts.own_run_live:  # the run being replaced holds its own block: freed first
+        add("ports", True, f"{len(taken)} of run {plan.run}'s {len(wanted)} Ray ports held by the run --replace removes first")
+    else:
+        add("ports", not taken, f"{len(wanted)} Ray ports of run {plan.run} free" if not taken else
+            "taken: " + ", ".join(f"{p} ({wanted[p]})" for p in taken),
+            f"find the owner: ss -ltnp 'sport = :{taken[0]}'; or use another --name" if taken else "")
 
     # Stale Ray
     if replace:

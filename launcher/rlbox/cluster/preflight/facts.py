@@ -40,6 +40,7 @@ class NodeFacts:
     live_runs: tuple[str, ...] = ()  # other rlbox runs with a running node container on this host
     listening: frozenset[int] = frozenset()  # TCP ports listening on the host
     ray_processes: tuple[str, ...] | None = None  # pids of raylet/gcs_server; None: not looked for (--replace)
+    own_run_live: bool = False  # a container of the run being started runs here (what --replace takes over)
     nofile_hard: str = ""  # `ulimit -Hn`: a number, "unlimited", or "" if it printed nothing
     shm_kib: int | None = None  # size of /dev/shm
     route: str | None = None  # `ip -o route get HEAD`; None: not asked (simulated network or a given NIC)
@@ -171,13 +172,14 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
     table, table_error = view.npu_smi()
     driver = view.driver_version()
 
-    holders, live_runs = [], set()
+    holders, live_runs, own_run_live = [], set(), False
     mine = {f"/dev/davinci{i}" for i in node_plan.npu_ids} or None
     for box in client.containers.list():
         run = box.labels.get(LABEL_RUN)
         host = box.labels.get(LABEL_HOST)
         if run and run != plan.run:  # its Ray processes are visible from this host, and not stale
             live_runs.add(run)
+        own_run_live = own_run_live or run == plan.run
         devs = box.attrs.get("HostConfig", {}).get("Devices") or []
         if view.stand_ins is not None and host != node_plan.host.name and (
                 host is not None or (run and all(d.get("PathOnHost") == "/dev/null" for d in devs))):
@@ -189,8 +191,8 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
 
     listening = listening_ports(view.run(["ss", "-Hltn"]).stdout)
     ray = None
-    if not replace:  # the brackets keep concurrent pgreps from matching each other
-        ray = tuple(view.run(["pgrep", "-f", "[r]aylet|[g]cs_server"]).stdout.split())
+    if not replace:
+        ray = tuple(view.run(RAY_PROCESSES).stdout.split())
     hard = view.run(["sh", "-c", "ulimit -Hn"]).stdout.strip()
     shm = df_kib(view.run(["df", "-Pk", "/dev/shm"]).stdout)
     route = None
@@ -215,9 +217,14 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
     return NodeFacts(
         engine_version=info.get("ServerVersion"), transport="local" if view.host.local else "ssh",
         devices=devices, npu_smi=table, npu_smi_error=table_error, driver=driver, npu_holders=tuple(holders), live_runs=tuple(sorted(live_runs)),
-        listening=listening, ray_processes=ray, nofile_hard=hard, shm_kib=shm, route=route,
+        listening=listening, ray_processes=ray, own_run_live=own_run_live, nofile_hard=hard, shm_kib=shm, route=route,
         docker_root=root, disk_free_kib=free, image=image, image_size=size, missing_mounts=missing,
     )
+
+
+# Ray's own processes by executable name (the kernel's comm, matched whole), never by words on a
+# command line: `tail -f raylet.out` or a run named ...raylet... is no Ray.
+RAY_PROCESSES = ["pgrep", "-x", "raylet|gcs_server"]
 
 
 def listening_ports(ss_output: str) -> frozenset[int]:
