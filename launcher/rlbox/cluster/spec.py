@@ -24,9 +24,9 @@ import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from rlbox.core.config import control_char, load_yaml, read_text, validate
 from rlbox.core.errors import RlboxError
@@ -201,6 +201,17 @@ def check_name(name: str, where: str = "host") -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise RlboxError(f"{where}: {name!r} is not a host name or address")
     return name
+
+
+def _host_value(v: str) -> str:
+    if not _NAME_RE.fullmatch(v):
+        raise ValueError(f"{v[:60]!r} is not a host name or address (letters, digits, . _ -; not starting with -)")
+    return v
+
+
+# A host name as a record read back names it (state.json, a server's record): check_name's rule.
+HostName = Annotated[str, AfterValidator(_host_value)]
+SshUser = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,31}$")]
 
 
 def parse_host(text: str, where: str = "--hosts") -> Host:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rlbox.cluster.spec import Host
+from rlbox.cluster.spec import Host, HostName, SshUser
 from rlbox.core import names
 from rlbox.core.config import Int32, load_file
 from rlbox.core.errors import RlboxError
@@ -132,46 +132,24 @@ def restart_line(r: dict[str, Any]) -> str:
 # hosts, ports, the log), the rest of the plan is kept as it is. A record edited by hand (or by
 # another user) that fails is one line naming the file and the field.
 
-_Port = Field(ge=1, le=65535)
-
-
 class _Node(BaseModel):
     model_config = ConfigDict(extra="allow")
     index: int = Field(ge=0, le=4096)
     role: Literal["head", "worker"]
-    host: str
-    ssh_user: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,31}$")
-    ssh_port: int | None = _Port
+    host: HostName
+    ssh_user: SshUser | None = None
+    ssh_port: int | None = Field(None, ge=1, le=65535)
     identity_file: str | None = None
     known_hosts: str | None = None
     transport: Literal["local", "ssh", "auto"] = "auto"
     npus: int = Field(0, ge=0, le=4096)
-    container: str
+    container: names.FileName
 
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str) -> str:
-        from rlbox.cluster.spec import check_name  # the host rule of cluster files and --hosts
-
-        try:
-            return check_name(v, "host")
-        except RlboxError as err:
-            raise ValueError(str(err)) from None
-
-    @field_validator("container")
-    @classmethod
-    def _container(cls, v: str) -> str:
-        return names.check_value(v, "file")
 
 
 class _Network(BaseModel):
     model_config = ConfigDict(extra="allow")
-    name: str
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return names.check_value(v, "file")
+    name: names.FileName
 
 
 class _Restart(BaseModel):
@@ -186,7 +164,7 @@ class StateRecord(BaseModel):
     """state.json as read back: the run's own fields typed, the plan's other fields kept."""
 
     model_config = ConfigDict(extra="allow")
-    run: str
+    run: names.RunName
     run_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]{0,64}$")
     image: str = Field("", max_length=512)
     ports: dict[str, int] = Field(default_factory=dict)
@@ -201,11 +179,6 @@ class StateRecord(BaseModel):
     lost: str | None = Field(None, max_length=2000)
     restarts: list[_Restart] | None = None
     max_restarts: int | None = Field(None, ge=0, le=10_000)
-
-    @field_validator("run")
-    @classmethod
-    def _run(cls, v: str) -> str:
-        return names.check_value(v, "run")
 
     @field_validator("ports")
     @classmethod

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from rlbox.core.errors import RlboxError
 
@@ -63,3 +66,8 @@ def inside(root: Path, *parts: str | Path, what: str = "path") -> Path:
         shown = "/".join(map(str, parts))
         raise RlboxError(f"{what} {shown!r} leads outside {root}; give a name, not a path")
     return path
+
+
+# The rule as field types of the schemas that read names back from files.
+RunName = Annotated[str, AfterValidator(lambda v: check_value(v, "run"))]
+FileName = Annotated[str, AfterValidator(lambda v: check_value(v, "file"))]

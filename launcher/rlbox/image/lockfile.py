@@ -58,15 +58,10 @@ class _Rec(Strict):
 class Standin(_Rec):
     for_: Text = Field(alias="for")
     used: Text
-    file: str
+    file: names.FileName
     url: Url
     sha256: Sha256
     why: Text
-
-    @field_validator("file")
-    @classmethod
-    def _file(cls, v: str) -> str:
-        return names.check_value(v, "file")
 
 
 class GitLock(_Rec):
@@ -84,7 +79,7 @@ class GitLock(_Rec):
 
 class PipFile(_Rec):
     version: str
-    file: str
+    file: names.FileName
     url: Url
     sha256: Sha256
     size: int | None = Field(None, ge=0)
@@ -95,11 +90,6 @@ class PipFile(_Rec):
     @classmethod
     def _version(cls, v: str) -> str:
         return _plain(v)
-
-    @field_validator("file")
-    @classmethod
-    def _file(cls, v: str) -> str:
-        return names.check_value(v, "file")
 
 
 class Dropped(_Rec):
@@ -158,16 +148,9 @@ class VariantEntry(_Rec):
 
 class LockFile(_Rec):
     schema_: Literal["rlbox.lock/v2"] = Field(alias="schema")
-    release: str
+    release: names.FileName
     comment: Text | None = None
-    variants: dict[str, VariantEntry]
-
-    @field_validator("variants")
-    @classmethod
-    def _variant_names(cls, v: dict) -> dict:
-        for key in v:
-            names.check_value(key, "file")
-        return v
+    variants: dict[names.FileName, VariantEntry]
 
 
 def path_for(root: Path, release: str) -> Path:

@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rlbox.core.config import load_file, read_text
+from rlbox.core.config import load_file
 from rlbox.core.errors import RlboxError
 
 # rlbox's dataset names -> AISBench dataset configs (seed 000: aime2024; seed 001: MATH-500).

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Literal
 
 import requests
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from rlbox.cluster import launch
 from rlbox.cluster.hosts import connect, count_devices
 from rlbox.cluster.sim import write_stand_ins
-from rlbox.cluster.spec import Host, Mount, check_name, from_hosts
+from rlbox.cluster.spec import Host, HostName, Mount, SshUser, from_hosts
 from rlbox.core import engine, names
-from rlbox.core.config import Int32, Url, load_file, parse_pairs, read_text
+from rlbox.core.config import Int32, Url, load_file, parse_pairs
 from rlbox.core.errors import RlboxError
 from rlbox.training.oneshot import ensure_image
 from rlbox.cluster.plan import (BASE_ENV, CONTROL_DEVICES, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, LABEL_MANAGED, NOFILE, NPROC,
@@ -246,8 +246,8 @@ class ServeRecord(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     name: str | None = None
-    host: str | None = None
-    ssh_user: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,31}$")
+    host: HostName | None = None
+    ssh_user: SshUser | None = None
     ssh_port: int | None = Field(None, ge=1, le=65535)
     identity_file: str | None = None
     known_hosts: str | None = None
@@ -255,14 +255,6 @@ class ServeRecord(BaseModel):
     url: Url | None = None
     port: int | None = Field(None, ge=1, le=65535)
     max_model_len: Int32 | None = Field(None, ge=1)
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str | None) -> str | None:
-        try:
-            return None if v is None else check_name(v, "host")
-        except RlboxError as err:
-            raise ValueError(str(err)) from None
 
 
 def load_record(path: Path, *fields: str) -> dict:
