@@ -57,11 +57,7 @@ def _lock_pip(doc):
     return next(iter(_lock_variant(doc)["pip"]["packages"].values()))
 
 
-def _nest(depth: int):
-    value: object = 1
-    for _ in range(depth):
-        value = [value]
-    return value
+DEEP = "@deep@"  # replaced by 5,000 nested lists in the written text (json.dumps itself would recurse)
 
 
 TREE = [
@@ -70,7 +66,7 @@ TREE = [
      ["fetch-sources", f"{RELEASE}:a3-arm"], "is not a full git commit"),
     ("lock-commit-option-render", LOCK, lambda d, m: _lock_git(d).update(commit=f"--upload-pack=touch {m}"),
      ["render"], "commit: '--upload-pack"),
-    ("apt-package-shell", MANIFEST, lambda d, m: d["system_packages"].update(apt=[f"procps;touch {m}"]),
+    ("apt-package-shell", MANIFEST, lambda d, m: d.setdefault("system_packages", {}).update(apt=[f"procps;touch {m}"]),
      ["render"], "is not a plain word"),
     ("base-tag-attribute", MANIFEST, lambda d, m: d["base"].update(tag="{cann.__class__.__mro__}"),
      ["render"], "unknown field {cann.__class__.__mro__}"),
@@ -101,11 +97,11 @@ TREE = [
     ("lock-url-credentials", LOCK, lambda d, m: _lock_pip(d).update(url="ftp://alice:s3cret@example.com/x.whl"),
      ["render"], "ftp://***@example.com/x.whl"),
     # -- tracebacks on nested or mistyped files
-    ("lock-deep", LOCK, lambda d, m: _lock_variant(d).update(pip=_nest(5000)), ["render"], "nested deeper than 64"),
+    ("lock-deep", LOCK, lambda d, m: _lock_variant(d).update(pip=DEEP), ["render"], "nested deeper than 64"),
     ("lock-mistyped", LOCK, lambda d, m: _lock_variant(d)["pip"]["packages"].update(x=5),
      ["render"], "pip.packages.x: Input should be a valid dictionary"),
     ("lock-size-string", LOCK, lambda d, m: _lock_pip(d).update(size="big"), ["render"], "pip.packages."),
-    ("lock-not-object", LOCK, lambda d, m: d.clear() or d.update(schema="rlbox.lock/v2", variants=[1]),
+    ("lock-not-object", LOCK, lambda d, m: d.update(variants=[1]),
      ["render"], "variants: Input should be a valid dictionary"),
 ]
 
@@ -118,7 +114,7 @@ def test_a_hostile_file_in_the_tree_is_one_line(case, tree):
     if rel.endswith(".json"):
         doc = json.loads(path.read_text())
         edit(doc, marker)
-        path.write_text(json.dumps(doc))
+        path.write_text(json.dumps(doc).replace(f'"{DEEP}"', "[" * 5000 + "]" * 5000))
     else:
         doc = yaml.safe_load(path.read_text())
         edit(doc, marker)
@@ -212,6 +208,9 @@ RUNS = [
      {"x.yaml": "hosts: [a]\n"}, "unknown key"),
     ("recipe-dotdot-name", ["run", "--dry-run", "--sim", "--nodes", "1", "--name", "bd-r", "--recipe", "..%2fx"], {},
      "unknown recipe"),
+    # -- a value smuggling an attribute into a buildx option
+    ("push-by-digest-comma", ["build", SIM, "--push-by-digest", "localhost:5000/x,registry.insecure=true", "--dry-run"],
+     {}, "cannot go into a buildx option value"),
     # -- accepted nonsense
     ("devices-fullwidth", ["run", "--dry-run", "--sim", "--nodes", "1", "--smoke-test", "--name", "bd-r",
                            "--devices", "３"], {}, "give a count"),

@@ -38,6 +38,7 @@ def environment(root: Path) -> jinja2.Environment:
     env.filters["q"] = quote.dockerfile_shell
     env.filters["word"] = quote.word
     env.filters["envkey"] = quote.env_key
+    env.filters["jsonform"] = quote.dockerfile_json  # for exec-form (JSON) instructions
     env.filters["hwformat"] = fill_hardware
     env.filters["canonical"] = canonical
     return env

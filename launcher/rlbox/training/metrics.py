@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
+from rlbox.core.config import load_yaml, read_text
 from rlbox.core.errors import RlboxError, nearest
 from rlbox.core.paths import RESOURCES
 
@@ -318,7 +318,7 @@ class Entry:
 
 def glossary() -> tuple[str, dict[str, Entry]]:
     """The shipped glossary: its source and key -> entry."""
-    data = yaml.safe_load(GLOSSARY.read_text(encoding="utf-8"))
+    data = load_yaml(read_text(GLOSSARY), str(GLOSSARY))
     entries = {}
     for item in data["metrics"]:
         entry = Entry(tuple(item["keys"]), item["text"], item.get("watch", ""), item.get("note", ""))
