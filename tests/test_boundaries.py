@@ -518,5 +518,14 @@ def test_stop_leaves_a_network_without_the_runs_label(engine, client, tmp_path):
         proc = rlbox("stop", "--name", "bd-r", "--runs-dir", str(runs))
         assert proc.returncode == 0, proc.stderr
         assert [n.name for n in client.networks.list(names=[name]) if n.name == name] == [name]
+        # the same record naming a network that does carry the run's label: that one goes
+        own = client.networks.create("bd-own-net", labels={"io.rlbox.run": "bd-r"})
+        (runs / "bd-r" / "state.json").write_text(_state(network={"name": "bd-own-net"}))
+        proc = rlbox("stop", "--name", "bd-r", "--runs-dir", str(runs))
+        assert proc.returncode == 0, proc.stderr
+        left = [n for n in client.networks.list(names=["bd-own-net"]) if n.name == "bd-own-net"]
+        for n in left:
+            n.remove()
+        assert left == [] and own is not None
     finally:
         victim.remove()
