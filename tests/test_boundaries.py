@@ -17,6 +17,7 @@ file from an injected command, and nothing written outside its root."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -529,3 +530,19 @@ def test_stop_leaves_a_network_without_the_runs_label(engine, client, tmp_path):
         assert left == [] and own is not None
     finally:
         victim.remove()
+
+
+def test_recipe_is_a_shipped_name_or_a_file_with_a_recipes_schema(tmp_path):
+    from rlbox.cluster import recipes
+    from rlbox.core.errors import RlboxError
+
+    name = recipes.names_available()[0]
+    own = tmp_path / f"{name}.yaml"
+    own.write_text((recipes.RECIPES_DIR / f"{name}.yaml").read_text())
+    assert recipes.load(str(own)) == recipes.load(name)  # a file of one's own, by path
+    (tmp_path / "any.yaml").write_text("hosts: [a]\n")
+    for bad, expect in [(str(tmp_path / "any.yaml"), "unknown key"), ("/etc/hostname", "Input should be"), ("../recipes/x", "no such file"),
+                        ("/etc/passwd", "(top level): Input should be a valid dictionary"), ("..", "unknown recipe"), ("a b", "unknown recipe")]:
+        with pytest.raises(RlboxError, match=re.escape(expect)) as err:
+            recipes.load(bad)
+        assert "root:" not in str(err.value)  # a file's text is never echoed
