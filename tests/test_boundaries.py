@@ -546,3 +546,18 @@ def test_recipe_is_a_shipped_name_or_a_file_with_a_recipes_schema(tmp_path):
         with pytest.raises(RlboxError, match=re.escape(expect)) as err:
             recipes.load(bad)
         assert "root:" not in str(err.value)  # a file's text is never echoed
+
+
+def test_a_real_plans_record_reads_back(tmp_path):
+    """What `rlbox run` writes, state.json reads: the schema refuses nothing a real plan holds."""
+    from rlbox.cluster import state
+    from rlbox.cluster.launch import RunRequest, prepare
+
+    req = RunRequest(sim=True, nodes=2, hardware="a3", name="bd-plan", smoke_test=True, runs_dir=tmp_path / "runs",
+                     dry_run=True)
+    plan, _ = prepare(req)
+    record = state.RunState(plan.as_dict(), state.Phase.RUNNING, 1.5, str(tmp_path / "runs" / "bd-plan" / "x.log"),
+                            "rlbox-bd-plan-abc-r1", "RUNNING", -9, None, ({"attempt": 1, "of": 2, "cause": "x"},))
+    record.save(state.state_path(tmp_path / "runs", "bd-plan"))
+    back = state.load(tmp_path / "runs", "bd-plan")
+    assert back.as_dict() == json.loads(json.dumps(record.as_dict()))

@@ -167,7 +167,7 @@ class StateRecord(BaseModel):
     run: names.RunName
     run_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]{0,64}$")
     image: str = Field("", max_length=512)
-    ports: dict[str, int] = Field(default_factory=dict)
+    ports: dict[str, int | list[int]] = Field(default_factory=dict)
     network: _Network | None = None
     nodes: list[_Node] = Field(default_factory=list, max_length=4096)
     phase: str | None = None
@@ -182,10 +182,11 @@ class StateRecord(BaseModel):
 
     @field_validator("ports")
     @classmethod
-    def _ports(cls, v: dict[str, int]) -> dict[str, int]:
-        for key, port in v.items():
-            if not 1 <= port <= 65535:
-                raise ValueError(f"ports.{key}: {port} is not a port (1-65535)")
+    def _ports(cls, v: dict[str, int | list[int]]) -> dict[str, int | list[int]]:
+        for key, value in v.items():  # a port, or a range [low, high] (worker_range)
+            for port in value if isinstance(value, list) else [value]:
+                if not 1 <= port <= 65535:
+                    raise ValueError(f"ports.{key}: {port} is not a port (1-65535)")
         return v
 
 
