@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from conftest import REPO, rlbox
+from support.kuberay import profile_with
 
 RELEASE = "verl_pt27_25rc3"
 LOCK = f"images/lock/{RELEASE}.json"
@@ -268,12 +269,6 @@ def test_a_hostile_name_or_record_is_one_line(case, tmp_path):
 # Kubernetes: what the API server would refuse is refused at export; never more access than asked.
 
 
-def _profile(tmp_path, **changes) -> Path:
-    doc = yaml.safe_load(PROFILE.read_text())
-    doc.update(changes)
-    path = tmp_path / "profile.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
 
 
 K8S = [
@@ -302,7 +297,7 @@ def test_k8s_export_refuses_what_kubernetes_would(case, tmp_path):
         profile = tmp_path / "profile.yaml"
         profile.write_text(PROFILE.read_text() + "x: " + "[" * 20000 + "]" * 20000 + "\n")
     else:
-        profile = _profile(tmp_path, **changes)
+        profile = profile_with(tmp_path, **changes)
     out = tmp_path / "out.yaml"
     proc = rlbox("k8s", "export", "--k8s-profile", str(profile), "-o", str(out), "--smoke-test", "--nodes", "2",
                  "--image", "swr.example.com/rl/verl:a3", "--hardware", "a3", "--name", "bd-k", *extra)
