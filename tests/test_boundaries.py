@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -256,9 +255,7 @@ def test_a_hostile_name_or_record_is_one_line(case, tmp_path):
         path.write_text(body.replace("{marker}", str(marker)))
     before = sorted(p for p in tmp_path.rglob("*"))
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    started = time.monotonic()
     err = one_line_error(rlbox(*args, cwd=tmp_path, env={"RLBOX_ROOT": str(REPO)}), expect)
-    assert time.monotonic() - started < 60  # not a timing test: a bound far above any normal run
     assert "s3cret" not in err
     assert not marker.exists()
     assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing written, inside or outside
