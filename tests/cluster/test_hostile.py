@@ -146,10 +146,10 @@ CASES = [
     ("eval-record-not-utf8", ["eval", "m", "--name", "t13-h", "--runs-dir", "{tmp}/runs"],
      {"runs/serve/t13-h.json": b"\xff"}, "not UTF-8 text"),
     ("eval-compare-no-mean", ["eval", "--compare", "{tmp}/a.json", "{tmp}/a.json"],
-     {"a.json": '{"schema": "rlbox.eval/v1", "dataset": "d", "metric": "m", "mode": "gen"}'}, "`mean` is missing"),
+     {"a.json": '{"schema": "rlbox.eval/v1", "dataset": "d", "metric": "m", "mode": "gen"}'}, "mean: missing"),
     ("eval-compare-mean-text", ["eval", "--compare", "{tmp}/a.json", "{tmp}/a.json"],
      {"a.json": '{"schema": "rlbox.eval/v1", "dataset": "d", "metric": "m", "mode": "gen", "mean": "[red]1"}'},
-     "`mean` is missing or not a number"),
+     "mean: not a number"),
     ("run-state-corrupt", ["status", "--name", "t13-h", "--runs-dir", "{tmp}/runs"], {"runs/t13-h/state.json": "{"},
      "not valid JSON"),
 ]

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from rlbox.cli.main import cli
 from rlbox.cluster import launch, recipes
 from rlbox.cluster.preflight import checks
+from support.kuberay import profile_with
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "kuberay"
 PROFILE = FIXTURES / "profile-a3.yaml"
@@ -180,14 +181,6 @@ def test_validation_runs_before_the_file_is_written(tmp_path, monkeypatch):
     assert seen[0]["image"] == "verl_pt27_25rc3:a3-arm" and seen[1] == (4, 16, (("/data", True),))
 
 
-def _profile(tmp_path, **changes) -> Path:
-    doc = yaml.safe_load(PROFILE.read_text())
-    doc.update(changes)
-    path = tmp_path / "profile.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
 BAD = [
     ("unknown resource name", {"resource_name": "huawei.com/Ascend91O"}, [],
      "resource_name: 'huawei.com/Ascend91O' is not an Ascend device plugin resource (did you mean 'huawei.com/Ascend910'?)"),
@@ -205,7 +198,7 @@ BAD = [
 @pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
 def test_bad_input_is_one_line(case, tmp_path):
     _, changes, extra, expect = case
-    proc = rlbox("run", "--backend", "kuberay", "--k8s-profile", str(_profile(tmp_path, **changes)),
+    proc = rlbox("run", "--backend", "kuberay", "--k8s-profile", str(profile_with(tmp_path, **changes)),
                  "--recipe", "dapo-qwen3-32b-a3", "--dry-run", *extra)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == "" and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr

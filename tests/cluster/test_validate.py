@@ -59,6 +59,8 @@ BROKEN = [
     ("seed typo tainer", MAIN_PPO + ["tainer.device=npu"], "tainer.device: unknown key in ppo_trainer; did you mean trainer.device?"),
     ("seed typo actor_rolloput_ref", MAIN_PPO + CLUSTER + ["actor_rolloput_ref.rollout.n=5"],
      "actor_rolloput_ref.rollout.n: unknown key in ppo_trainer; did you mean actor_rollout_ref.rollout.n?"),
+    ("seed typo alogorithm", MAIN_PPO + CLUSTER + ["alogorithm.filter_groups.enable=True"],
+     "alogorithm.filter_groups.enable: unknown key in ppo_trainer; did you mean algorithm?"),
     ("filter_groups without DAPO", MAIN_PPO + CLUSTER + ["algorithm.filter_groups.enable=True"],
      "algorithm.filter_groups.enable: filter_groups is a DAPO setting: it needs the DAPO entrypoint"),
     ("type", MAIN_PPO + ["trainer.nnodes=four", "trainer.n_gpus_per_node=16", "trainer.device=npu"],

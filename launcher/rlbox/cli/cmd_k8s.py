@@ -69,7 +69,7 @@ def k8s_group():
 @click.option("--nic", help="Socket interface for HCCL/GLOO/TP inside the pods (default: the profile's, eth0).")
 @click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Extra environment for every pod.")
 @NAME
-@click.option("--recipe", help="A shipped recipe (rlbox recipes list).")
+@click.option("--recipe", help="A shipped recipe (rlbox recipes list), or the path of a recipe file of your own (holding / or ending in .yaml; read with the same strict schema).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
 @click.option("--smoke-test", is_flag=True, help="Job: check that every NPU of every pod is visible through Ray.")

@@ -45,8 +45,8 @@ from rlbox.training import triage
 @click.option("--privileged", is_flag=True, help="Run node containers privileged (off by default; devices are passed one by one).")
 @NAME
 @click.option("--replace", is_flag=True, help="Remove a live run of the same name first instead of refusing.")
-@click.option("--recipe", help="A shipped recipe (rlbox recipes list).")
-@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Recipe parameter (model path, data files, checkpoint dir).")
+@click.option("--recipe", help="A shipped recipe (rlbox recipes list), or the path of a recipe file of your own (holding / or ending in .yaml; read with the same strict schema).")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Recipe parameter (model path, data files, checkpoint dir); put into the Hydra overrides as one string (a , [ ] { } in it never makes a sweep or a list).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Extra or replacing Hydra override for the recipe.")
 @click.option("--smoke-test", is_flag=True, help="Job: check that every NPU of every node is visible through Ray.")
 @click.option("--timeout", type=SECONDS, default=300, show_default=True,
@@ -156,7 +156,7 @@ def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_fil
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))
 @click.option("--verl-version", help="Validate against this verl release's config (PyPI wheel).")
 @click.option("--verl-config", type=click.Path(path_type=Path, exists=True, file_okay=False), help="A verl source checkout.")
-@click.option("--recipe", help="A shipped recipe.")
+@click.option("--recipe", help="A shipped recipe (rlbox recipes list), or the path of a recipe file (holding / or ending in .yaml).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
 @click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Mounts the run will have (where checkpoints go).")

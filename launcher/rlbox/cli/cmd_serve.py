@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from rlbox.cli.common import RUNS_DIR, image_ref, matrix, note, print_rows
+from rlbox.cli.common import RUNS_DIR, checked_name, image_ref, matrix, note, print_rows
 from rlbox.core.errors import RlboxError
 from rlbox.training import evaluate as ev
 from rlbox.training import serve as serve_mod
 
-SERVE_NAME = click.option("--name", default="serve", show_default=True,
+SERVE_NAME = click.option("--name", default="serve", show_default=True, callback=checked_name,
                           help="Server name: its container is rlbox-serve-NAME, its record RUNS_DIR/serve/NAME.json.")
 
 
@@ -67,7 +67,7 @@ def serve_cmd(model, tp, dp, max_model_len, port, served_model_name, image, host
 @click.option("--dataset", default="aime2024", show_default=True, help="aime2024, math500, or an AISBench dataset config (..._gen).")
 @click.option("--repeat", type=int, default=16, show_default=True, help="AISBench runs to average (seed 000: 16).")
 @click.option("--endpoint", help="The server: http://HOST:PORT (default: the one `rlbox serve --name NAME` started).")
-@click.option("--name", default="serve", show_default=True, help="Without --endpoint: the server `rlbox serve --name NAME` started.")
+@click.option("--name", default="serve", show_default=True, callback=checked_name, help="Without --endpoint: the server `rlbox serve --name NAME` started.")
 @click.option("--max-seq-len", type=int, help="AISBench max_seq_len (default 2048).")
 @click.option("--max-out-len", type=int, help="AISBench max_out_len (default: the server's max-model-len - max_seq_len = 20480).")
 @click.option("--batch-size", type=int, default=48, show_default=True, help="AISBench batch_size (concurrent requests).")

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from rlbox.core import names
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import find_root
 from rlbox.image import matrix as matrix_mod
@@ -112,4 +113,13 @@ INSECURE = click.option("--insecure", is_flag=True,
                              "the engine's push/pull needs the registry in its insecure-registries as well.")
 RUNS_DIR = click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
                         envvar="RLBOX_RUNS_DIR", help="Where run state and job logs are kept.")
-NAME = click.option("--name", default="verl", show_default=True, help="Run name: labels every container of the run.")
+def checked_name(ctx, param, value):
+    """Click callback: a run or server name by the one rule (rlbox.core.names), before anything
+    reads or writes a path, a container or a network built from it."""
+    if value is None:
+        return value
+    return names.check(value, param.opts[-1] if param.opts else param.human_readable_name)
+
+
+NAME = click.option("--name", default="verl", show_default=True, callback=checked_name,
+                    help="Run name (lower-case letters, digits, '-'; at most 41): labels every container of the run.")

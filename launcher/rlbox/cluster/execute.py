@@ -225,9 +225,10 @@ def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of:
     if errors:
         raise errors[0]
     if network and nodes:
-        for net in nodes[0].client.networks.list(names=[network]):
-            if net.name != network:  # the engine matches names by substring
-                continue
+        # only a network carrying this run's label: a name from state.json alone is never enough
+        for net in nodes[0].client.networks.list(names=[network], filters={"label": f"{LABEL_RUN}={run}"}):
+            if net.name != network or (net.attrs.get("Labels") or {}).get(LABEL_RUN) != run:
+                continue  # the engine matches names by substring
             if run_id and (net.attrs.get("Labels") or {}).get(LABEL_RUN_ID) not in (run_id, None):
                 continue  # another run of this name made it (it took the name over)
             try:

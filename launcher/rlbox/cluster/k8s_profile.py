@@ -31,7 +31,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rlbox.core.config import Strict, read_yaml, validate
+from rlbox.core.config import Strict, load_file, read_text
 from rlbox.core.errors import RlboxError, did_you_mean
 
 # The Ascend device plugins' resource names: MindCluster's Ascend Device Plugin (910, 910B and
@@ -58,9 +58,17 @@ class Volume(Strict):
     host_path: str | None = None
     read_only: bool = False
 
-    @field_validator("name", "pvc")
+    @field_validator("name")
     @classmethod
-    def _names(cls, v: str | None) -> str | None:
+    def _name(cls, v: str) -> str:
+        # the pod's volume is vol-NAME: a DNS-1123 label of at most 63, so NAME at most 59, no dots
+        if len(v) > 59:
+            raise ValueError(f"{v[:70]!r}: a volume name is at most 59 characters (the pod's volume is vol-NAME)")
+        return _dns(v)
+
+    @field_validator("pvc")
+    @classmethod
+    def _claim(cls, v: str | None) -> str | None:
         return _dns(v, _DNS_SUBDOMAIN) if v and "." in v else _dns(v)
 
     @field_validator("path", "host_path")
@@ -143,8 +151,8 @@ class K8sProfile(Strict):
 
 
 def load(path: Path) -> K8sProfile:
-    """A profile file, strictly: an unknown key is named with the nearest real one."""
-    data = read_yaml(Path(path), Path.cwd())
-    if not data:
+    """A profile file, strictly (rlbox.core.config.load_file: bounded size, depth and aliases; an
+    unknown key is named with the nearest real one)."""
+    if Path(path).is_file() and not read_text(Path(path)).strip():
         raise RlboxError(f"{path}: empty profile; it needs at least resource_name:")
-    return validate(K8sProfile, data, str(path))
+    return load_file(Path(path), K8sProfile, str(path), fmt="yaml")

@@ -15,6 +15,7 @@ here), and no privilege.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,70 @@ class _Dumper(yaml.SafeDumper):
 
 _Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
     "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+
+
+# ---------------------------------------------------------------------------------------------
+# What the API server refuses that the OpenAPI schemas (KubeRay's CRD, kubernetes-validate) do
+# not say: name formats, int32 ranges, env names, unique mount paths. Checked on every manifest
+# before it is printed or written, so an export Kubernetes would refuse never exits 0.
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")  # Kubernetes' rule (validation.IsEnvVarName)
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?")
+_INT32_FIELDS = ("backoffLimit", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "preRunningDeadlineSeconds",
+                 "replicas", "minReplicas", "maxReplicas")
+
+
+def refusal(manifest: dict[str, Any]) -> str | None:
+    """The first thing in ``manifest`` the Kubernetes API server would refuse, as
+    ``field.path: what``; None when there is none."""
+    meta = manifest.get("metadata") or {}
+    if not _DNS_SUBDOMAIN.fullmatch(str(meta.get("name", ""))) or len(str(meta.get("name", ""))) > 63:
+        return f"metadata.name {meta.get('name')!r}: not a DNS-1123 name (lower-case, digits, '-', at most 63, " \
+               "starting and ending with a letter or digit)"
+    if meta.get("namespace") is not None and not _DNS_LABEL.fullmatch(str(meta["namespace"])):
+        return f"metadata.namespace {meta['namespace']!r}: not a DNS-1123 label"
+    for key, value in (meta.get("labels") or {}).items():
+        if not _LABEL_VALUE.fullmatch(str(value)) or len(str(value)) > 63:
+            return f"metadata.labels.{key} {str(value)[:70]!r}: not a label value (at most 63, letters, digits, -_.)"
+    stack: list[tuple[str, Any]] = [("spec", manifest.get("spec"))]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k in _INT32_FIELDS and (not isinstance(v, int) or not 0 <= v <= 2**31 - 1):
+                    return f"{path}.{k} {v!r}: not a count Kubernetes takes (0..2147483647, int32)"
+                stack.append((f"{path}.{k}", v))
+            if "containers" in value and "volumes" in value:
+                problem = _pod_refusal(path, value)
+                if problem:
+                    return problem
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
+    return None
+
+
+def _pod_refusal(path: str, pod: dict[str, Any]) -> str | None:
+    names = [v.get("name", "") for v in pod.get("volumes") or []]
+    for name in names:
+        if not _DNS_LABEL.fullmatch(name):
+            return f"{path}.volumes: name {name!r}: not a DNS-1123 label (lower-case, digits, '-', at most 63; no dots)"
+    if len(set(names)) != len(names):
+        return f"{path}.volumes: name {next(n for n in names if names.count(n) > 1)!r} twice"
+    for c in pod.get("containers") or []:
+        for e in c.get("env") or []:
+            if not _ENV_NAME.fullmatch(str(e.get("name", ""))):
+                return f"{path}.containers.{c.get('name')}.env: {str(e.get('name'))[:60]!r} is not an environment " \
+                       "variable name (letters, digits, '_', '-', '.'; not starting with a digit)"
+        seen: set[str] = set()
+        for m in c.get("volumeMounts") or []:
+            mount = str(m.get("mountPath", "")).rstrip("/") or "/"
+            if mount in seen:
+                return f"{path}.containers.{c.get('name')}.volumeMounts: mountPath {mount} twice " \
+                       "(a profile volume on a path rlbox mounts itself: /dev/shm or the driver files)"
+            seen.add(mount)
+    return None
 
 
 def rayjob_name(run: str) -> str:
@@ -88,8 +153,10 @@ def ray_resources(npus: int) -> str:
     return '"' + json.dumps({"NPU": npus}).replace('"', '\\"') + '"'
 
 
-def _volumes(profile: K8sProfile) -> tuple[list[dict], list[dict]]:
-    """The pod's volumes and the container's mounts: /dev/shm, the driver files, the profile's."""
+def _volumes(profile: K8sProfile, read_only: frozenset[str] = frozenset()) -> tuple[list[dict], list[dict]]:
+    """The pod's volumes and the container's mounts: /dev/shm, the driver files, the profile's.
+    A profile volume is mounted read-only when the profile says so or a ``--mount ...:ro`` asked
+    for it (``read_only``: those mount paths): never more access than asked."""
     volumes: list[dict] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": profile.shm_size}}]
     mounts: list[dict] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     for name, path, kind in HOST_FILES:
@@ -99,7 +166,8 @@ def _volumes(profile: K8sProfile) -> tuple[list[dict], list[dict]]:
         source = ({"persistentVolumeClaim": {"claimName": v.pvc, **({"readOnly": True} if v.read_only else {})}}
                   if v.pvc else {"hostPath": {"path": v.host_path, "type": "Directory"}})
         volumes.append({"name": f"vol-{v.name}", **source})
-        mounts.append({"name": f"vol-{v.name}", "mountPath": v.path, **({"readOnly": True} if v.read_only else {})})
+        ro = v.read_only or v.path in read_only
+        mounts.append({"name": f"vol-{v.name}", "mountPath": v.path, **({"readOnly": True} if ro else {})})
     return volumes, mounts
 
 
@@ -114,8 +182,9 @@ def _env(nic: str, hccl: dict[str, str], run: str, extra: tuple[tuple[str, str],
     return env + [{"name": "HCCL_IF_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
 
 
-def _pod(role: str, *, image: str, npus: int, profile: K8sProfile, labels: dict[str, str], env: list[dict]) -> dict:
-    volumes, mounts = _volumes(profile)
+def _pod(role: str, *, image: str, npus: int, profile: K8sProfile, labels: dict[str, str], env: list[dict],
+         read_only: frozenset[str] = frozenset()) -> dict:
+    volumes, mounts = _volumes(profile, read_only)
     limits: dict[str, str] = {profile.resource_name: str(npus)}
     requests: dict[str, str] = {profile.resource_name: str(npus)}
     for key in ("cpu", "memory"):
@@ -171,6 +240,7 @@ def plan_rayjob(*, run: str, run_id: str, image: str, hardware: str, nodes: int,
     if job is None:
         raise RlboxError("--backend kuberay needs a job: a command after `--`, --recipe NAME or --smoke-test")
     check_mounts(mounts, profile, profile_source)
+    ro = frozenset(m.target for m in mounts if m.read_only)
     scheduler = scheduler or profile.scheduler
     queue = queue or profile.queue
     if queue and scheduler != "volcano":
@@ -183,13 +253,13 @@ def plan_rayjob(*, run: str, run_id: str, image: str, hardware: str, nodes: int,
     if cpus is not None:
         params["num-cpus"] = str(cpus)
     head = {"rayStartParams": {"dashboard-host": "0.0.0.0", **params},
-            "template": _pod("head", image=image, npus=npus, profile=profile, labels=labels, env=env)}
+            "template": _pod("head", image=image, npus=npus, profile=profile, labels=labels, env=env, read_only=ro)}
     cluster: dict[str, Any] = {"headGroupSpec": head}
     if nodes > 1:
         cluster["workerGroupSpecs"] = [{
             "groupName": WORKER_GROUP, "replicas": nodes - 1, "minReplicas": nodes - 1, "maxReplicas": nodes - 1,
             "rayStartParams": dict(params),
-            "template": _pod("worker", image=image, npus=npus, profile=profile, labels=labels, env=env),
+            "template": _pod("worker", image=image, npus=npus, profile=profile, labels=labels, env=env, read_only=ro),
         }]
     # a retried job resumes from the newest checkpoint, as `rlbox run --max-restarts` does
     submitted = jobs.for_restart(job, 1) if max_restarts and jobs.is_verl(list(job.argv)) else job
@@ -215,5 +285,8 @@ def plan_rayjob(*, run: str, run_id: str, image: str, hardware: str, nodes: int,
     if scheduler == "volcano":
         notes.append(f"Volcano gang scheduling{' in queue ' + queue if queue else ''}: the KubeRay operator must run "
                      "with --batch-scheduler=volcano (Helm: batchScheduler.name=volcano)")
-    shared = tuple(sorted((v.path, True) for v in profile.volumes if not v.read_only))
+    problem = refusal(manifest)
+    if problem:
+        raise RlboxError(f"k8s: the RayJob would be refused by Kubernetes: {problem}")
+    shared = tuple(sorted((v.path, True) for v in profile.volumes if not v.read_only and v.path not in ro))
     return RayJobPlan(name, profile.namespace, manifest, nodes, npus, job, max_restarts, shared, tuple(notes))

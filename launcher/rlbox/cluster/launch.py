@@ -21,13 +21,13 @@ from rlbox.image import matrix
 from rlbox.cluster import recipes
 from rlbox.cluster import sharing
 from rlbox.cluster import sim
+from rlbox.core import names
 from rlbox.core.config import parse_pairs
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import find_root
 from rlbox.registry.reference import Reference
 from rlbox.cluster.plan import NOFILE, SIM_DRIVER, JobPlan, Profile, RunPlan, SimNetwork, plan_run
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
 
 
 @dataclass
@@ -116,7 +116,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
 
     # -- the run ---------------------------------------------------------------------------
     run_id = secrets.token_hex(4)
-    run_dir = (req.runs_dir / req.name).resolve()
+    run_dir = names.inside(req.runs_dir, names.check(req.name, "--name"), what="--name")
     sim_files = None
     network = None
     if req.sim:
@@ -140,8 +140,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
 
 def _recipe_for(req: RunRequest) -> recipes.Recipe | None:
     """The run's name checked, its recipe loaded, and one job asked for at most."""
-    if not NAME.fullmatch(req.name):
-        raise RlboxError(f"--name {req.name!r}: use lower-case letters, digits and '-' (max 41)")
+    names.check(req.name, "--name")
     recipe = recipes.load(req.recipe) if req.recipe else None
     jobs_given = sum([bool(recipe), bool(req.command), req.smoke_test])
     if jobs_given > 1:

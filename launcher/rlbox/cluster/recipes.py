@@ -1,4 +1,13 @@
-"""Recipes: the seeds' verl runs as data (launcher/rlbox/recipes/*.yaml), with paths as parameters."""
+"""Recipes: the seeds' verl runs as data (launcher/rlbox/recipes/*.yaml), with paths as parameters.
+
+``--recipe`` takes a shipped recipe's name (``rlbox recipes list``), or the path of a recipe file
+of one's own (a value holding ``/`` or ending in ``.yaml``): that file is read through the same
+strict ``Recipe`` schema (every key known, ``name:`` equal to the file's name), so any other YAML
+is refused in one line, never run as a recipe.
+
+A ``--param`` value is put into the recipe's Hydra overrides quoted for Hydra's override grammar
+(rlbox.core.quote.hydra_value): ``/data/qwen,v2`` stays one path, never a sweep or a list.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlbox.core import names, quote
 from rlbox.core.config import load_yaml, read_text, validate
 from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.core.paths import RESOURCES
@@ -49,10 +59,13 @@ class Recipe(BaseModel):
             )
         filled = {k: values.get(k, p.default) for k, p in self.params.items()}
 
-        def fill(text: str) -> str:
-            return _PLACEHOLDER.sub(lambda m: filled[m.group(1)], text)
+        def fill(text: str, as_value=lambda v: v) -> str:
+            return _PLACEHOLDER.sub(lambda m: as_value(filled[m.group(1)]), text)
 
-        overrides = [fill(o) for o in self.overrides]
+        try:  # a value in an override is one Hydra string, whatever it holds
+            overrides = [fill(o, quote.hydra_value) for o in self.overrides]
+        except ValueError as err:
+            raise RlboxError(f"--param: {err}") from None
         keys = {_key(e) for e in extra}
         overrides = [o for o in overrides if _key(o) not in keys] + list(extra)
         return [*self.entrypoint, *overrides], {k: fill(v) for k, v in self.env.items()}
@@ -63,7 +76,15 @@ def _key(override: str) -> str:
 
 
 def load(name: str) -> Recipe:
-    path = RECIPES_DIR / f"{name}.yaml"
+    """A shipped recipe by name, or a recipe file by path (see the module's doc)."""
+    if "/" in name or name.endswith((".yaml", ".yml")):
+        path = Path(name)
+        if not path.is_file():
+            raise RlboxError(f"--recipe {name}: no such file (a recipe file, or a name from `rlbox recipes list`)")
+        return _parse(path)
+    if not names.valid(name, "file"):
+        raise RlboxError(f"unknown recipe {name[:60]!r}; see `rlbox recipes list` (or give a recipe file's path)")
+    path = names.inside(RECIPES_DIR, f"{name}.yaml", what="--recipe")
     if not path.is_file():
         raise RlboxError(f"unknown recipe '{name}'{did_you_mean(name, names_available())}; see `rlbox recipes list`")
     return _parse(path)

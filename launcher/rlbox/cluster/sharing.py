@@ -35,12 +35,13 @@ def parse_devices(text: str | None) -> int | tuple[int, ...] | None:
     if text is None:
         return None
     raw = str(text).strip()
-    if re.fullmatch(r"\d{1,3}", raw):
+    # [0-9], not \d: Python's \d also matches full-width and Arabic-Indic digits (３, ٠-٣)
+    if re.fullmatch(r"[0-9]{1,3}", raw):
         count = int(raw)
         if not 0 < count <= MAX_NPU_ID + 1:
             raise RlboxError(f"--devices {raw}: a count is 1..{MAX_NPU_ID + 1}")
         return count
-    if not re.fullmatch(r"\d{1,3}(-\d{1,3})?(,\d{1,3}(-\d{1,3})?)*", raw):
+    if not re.fullmatch(r"[0-9]{1,3}(-[0-9]{1,3})?(,[0-9]{1,3}(-[0-9]{1,3})?)*", raw):
         raise RlboxError(f"--devices {text!r}: give a count (8) or NPU ids (0-7, 8-15, 0,2,4,6)")
     ids: set[int] = set()
     for part in raw.split(","):

@@ -25,9 +25,9 @@ import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from rlbox.core.config import control_char, load_yaml, read_text, validate
 from rlbox.core.errors import RlboxError
@@ -36,10 +36,11 @@ HARDWARE_CHOICES = ("a2", "a3", "ax", "auto")
 LOCAL_NAMES = {"local", "localhost", "127.0.0.1", "::1"}
 # A host name starts with a letter or digit (never `-`: ssh would read it as an option).
 _HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9_][A-Za-z0-9._-]{0,31})@)?"
-                      r"(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,252}|\[[0-9a-fA-F:]+\])(?::(?P<port>\d{1,5}))?$")
+                      r"(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,252}|\[[0-9a-fA-F:]+\])(?::(?P<port>[0-9]{1,5}))?$")
+_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,31}")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}|[0-9a-fA-F]*:[0-9a-fA-F:]+")
 # An MPI/DeepSpeed hostfile may say how many slots a host has; nothing else may follow the host.
-_HOSTFILE_EXTRA = re.compile(r"^(slots|max_slots|max-slots)=\d+$")
+_HOSTFILE_EXTRA = re.compile(r"^(slots|max_slots|max-slots)=[0-9]+$")
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,28 @@ class _Ssh(BaseModel):
     identity_file: str | None = None
     known_hosts: str | None = None
 
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        # never `-oProxyCommand=...`: ssh would read a user starting with `-` as an option
+        if v is not None and not _USER_RE.fullmatch(v):
+            raise ValueError(f"{v[:60]!r} is not an ssh user (letters, digits, . _ -; not starting with - or .)")
+        return v
+
+    @field_validator("identity_file", "known_hosts")
+    @classmethod
+    def _file(cls, v: str | None) -> str | None:
+        if v is not None and (control_char(v) or v.startswith("-")):
+            raise ValueError(f"{v[:60]!r} is not a file path")
+        return v
+
+    @field_validator("identity_file")
+    @classmethod
+    def _regular(cls, v: str | None) -> str | None:
+        if v is not None and not Path(v).expanduser().is_file():
+            raise ValueError(f"{v[:60]!r} is not a regular file (ssh -i needs the private key file)")
+        return v
+
 
 class _SimEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -181,6 +204,17 @@ def check_name(name: str, where: str = "host") -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise RlboxError(f"{where}: {name!r} is not a host name or address")
     return name
+
+
+def _host_value(v: str) -> str:
+    if not _NAME_RE.fullmatch(v):
+        raise ValueError(f"{v[:60]!r} is not a host name or address (letters, digits, . _ -; not starting with -)")
+    return v
+
+
+# A host name as a record read back names it (state.json, a server's record): check_name's rule.
+HostName = Annotated[str, AfterValidator(_host_value)]
+SshUser = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,31}$")]
 
 
 def parse_host(text: str, where: str = "--hosts") -> Host:
@@ -249,13 +283,20 @@ def _from_yaml(path: Path, data: dict[str, Any]) -> ClusterSpec:
                                 nofile=doc.nofile))
 
 
+def host_key(h: Host) -> tuple[str, int]:
+    """What makes two host entries one machine: the name without case (DNS ignores it) and the
+    ssh port, 22 when none is given (``h1`` and ``h1:22`` are one host)."""
+    return h.name.lower().rstrip("."), h.ssh_port or 22
+
+
 def _checked(spec: ClusterSpec) -> ClusterSpec:
-    seen = set()
+    seen: dict[tuple[str, int], str] = {}
     for h in spec.hosts:
-        key = (h.name, h.ssh_port)
+        key = host_key(h)
         if key in seen:
-            raise RlboxError(f"{spec.source}: host {h.name} is listed twice")
-        seen.add(key)
+            same = "" if seen[key] == h.name else f" (as {seen[key]})"
+            raise RlboxError(f"{spec.source}: host {h.name} is listed twice{same}; list each machine once")
+        seen[key] = h.name
     return spec
 
 

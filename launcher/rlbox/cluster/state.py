@@ -9,9 +9,13 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from rlbox.cluster.spec import Host
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rlbox.cluster.spec import Host, HostName, SshUser
+from rlbox.core import names
+from rlbox.core.config import Int32, load_file
 from rlbox.core.errors import RlboxError
 
 STATE_FILE = "state.json"
@@ -143,8 +147,84 @@ def restart_line(r: dict[str, Any]) -> str:
     return f"restart {r.get('attempt')}/{r.get('of')}: {r.get('cause')}{resumed}"
 
 
+# ---------------------------------------------------------------------------------------------
+# state.json's schema, checked where it is read: what readers use of a record is typed (names,
+# hosts, ports, the log), the rest of the plan is kept as it is. A record edited by hand (or by
+# another user) that fails is one line naming the file and the field.
+
+class _Node(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    index: int = Field(ge=0, le=4096)
+    role: Literal["head", "worker"]
+    host: HostName
+    ssh_user: SshUser | None = None
+    ssh_port: int | None = Field(None, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    transport: Literal["local", "ssh", "auto"] = "auto"
+    npus: int = Field(0, ge=0, le=4096)
+    container: names.FileName
+
+
+
+class _Network(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: names.FileName
+
+
+class _Restart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    attempt: int | None = Field(None, ge=0, le=10_000)
+    of: int | None = Field(None, ge=0, le=10_000)
+    cause: str | None = Field(None, max_length=2000)
+    resumed_step: int | None = Field(None, ge=0)
+
+
+class StateRecord(BaseModel):
+    """state.json as read back: the run's own fields typed, the plan's other fields kept."""
+
+    model_config = ConfigDict(extra="allow")
+    run: names.RunName
+    run_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]{0,64}$")
+    image: str = Field("", max_length=512)
+    ports: dict[str, int | list[int]] = Field(default_factory=dict)
+    network: _Network | None = None
+    nodes: list[_Node] = Field(default_factory=list, max_length=4096)
+    phase: str | None = None
+    ready_seconds: float | None = None
+    log: str | None = Field(None, max_length=4096)
+    submission_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
+    status: str | None = Field(None, max_length=64)
+    exit_code: Int32 | None = None
+    lost: str | None = Field(None, max_length=2000)
+    restarts: list[_Restart] | None = None
+    max_restarts: int | None = Field(None, ge=0, le=10_000)
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, v: dict[str, int | list[int]]) -> dict[str, int | list[int]]:
+        for key, value in v.items():  # a port, or a range [low, high] (worker_range)
+            for port in value if isinstance(value, list) else [value]:
+                if not 1 <= port <= 65535:
+                    raise ValueError(f"ports.{key}: {port} is not a port (1-65535)")
+        return v
+
+
+def checked_log(folder: Path, log: str | None, where: str) -> Path | None:
+    """The job log a record names, only when it lies inside the run's folder (a record naming
+    any other file would make `rlbox logs` print it and triage copy it): else RlboxError."""
+    if not log:
+        return None
+    try:
+        return names.inside(folder, log, what=f"{where}: log")
+    except RlboxError:
+        raise RlboxError(f"{where}: log: {log[:120]!r} is not inside the run's folder {folder}; "
+                         "a run's log is always runs/NAME/<run-id>.log") from None
+
+
 def run_dir(runs_dir: Path, name: str) -> Path:
-    path = runs_dir / name
+    names.check(name, "run name")
+    path = names.inside(runs_dir, name, what="run name")
     if not path.is_dir():
         raise RlboxError(f"no run named '{name}' under {runs_dir} (rlbox run --name {name} ...)")
     return path
@@ -162,12 +242,12 @@ def load(runs_dir: Path, name: str, *, folder_is_enough: bool = False) -> RunSta
         if not folder_is_enough:
             raise RlboxError(f"no run named '{name}' under {runs_dir} (rlbox run --name {name} ...)")
         raise RlboxError(f"run '{name}' has no {STATE_FILE} under {path.parent}")
-    try:
-        data = json.loads(path.read_text())
-    except ValueError:
-        raise RlboxError(f"{path}: not valid JSON") from None
-    if not isinstance(data, dict):
-        raise RlboxError(f"{path}: not a run record (expected a JSON object)")
+    record = load_file(path, StateRecord, str(path), fmt="json")
+    if record.run != name:
+        raise RlboxError(f"{path}: run: {record.run!r} is not this run's name ({name!r})")
+    data = record.model_dump(exclude_unset=True)
+    if record.log:
+        data["log"] = str(checked_log(path.parent, record.log, str(path)))
     return RunState.from_dict(data)
 
 
@@ -192,10 +272,7 @@ def job_log(runs_dir: Path, run: str, job: str | None = None) -> Path:
         raise RlboxError(f"run '{run}' has no job '{job}' under {folder} (jobs: {have})")
     path = folder / STATE_FILE
     if path.is_file():
-        try:
-            log = json.loads(path.read_text()).get("log")
-        except (ValueError, AttributeError):
-            log = None
+        log = load(runs_dir, run).log
         if log and Path(log).is_file():
             return Path(log)
     if logs:

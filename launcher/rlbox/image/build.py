@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlbox.core import quote
 from rlbox.core.errors import RlboxError
 from rlbox.image import lockfile, mirrors, render, sources
 from rlbox.image.matrix import Matrix, ResolvedVariant
@@ -112,6 +113,11 @@ def plan(
             "--tag does nothing with --push-by-digest: the image is pushed untagged; "
             "tag its digest afterwards (docker buildx imagetools create -t TAG REPO@DIGEST)"
         )
+    if push_by_digest:
+        try:  # it becomes name=VALUE of a buildx --output: no ',' or '=' to add or change an attribute
+            quote.buildx_value(push_by_digest, "--push-by-digest")
+        except ValueError as err:
+            raise RlboxError(str(err)) from None
     if push_by_digest and (":" in push_by_digest.rsplit("/", 1)[-1] or "@" in push_by_digest):
         raise RlboxError(f"--push-by-digest {push_by_digest}: give a repository without tag or digest")
     if not load and (push or push_by_digest):

@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rlbox.core import quote
 from rlbox.core.errors import RlboxError
 from rlbox.image.matrix import Matrix, ResolvedVariant
 
@@ -78,6 +79,11 @@ def job(variant: ResolvedVariant) -> Job:
     _, org = _split_registry(variant)
     base_tag = variant.base_image[len(rel.base.image) + 1:]
     local = LOCAL_BASES.get(rel.base.image)
+    try:  # the ref and tag reach `make image REF=...` and shell lines of the workflow
+        quote.make_value(variant.ref, "ref")
+        quote.make_value(variant.tag, "tag")
+    except ValueError as err:
+        raise RlboxError(f"{variant.manifest_rel}: variants.{variant.name}: {err}") from None
     return Job(
         ref=variant.ref,
         platform=variant.platform,

@@ -28,16 +28,133 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import ConfigDict, Field, field_validator
+
+from rlbox.core import names
+from rlbox.core.config import Commit, Digest, Sha256, Strict, Text, Url, load_file
 from rlbox.core.errors import RlboxError
+from rlbox.core.quote import requirement_part
 
 
 SCHEMA = "rlbox.lock/v2"
 
 
+# ---------------------------------------------------------------------------------------------
+# The lock's schema: every value that reaches git, pip, a Dockerfile or a download is typed here
+# (hex commits, sha256 of 64 hex digits, URLs of http(s)/file, plain words for names and versions),
+# so a lock edited by hand or by an attacker is refused in one line before anything uses it.
+
+
+def _plain(value: str) -> str:
+    return requirement_part(value, "value")
+
+
+class _Rec(Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Standin(_Rec):
+    for_: Text = Field(alias="for")
+    used: Text
+    file: names.FileName
+    url: Url
+    sha256: Sha256
+    why: Text
+
+
+class GitLock(_Rec):
+    url: Url
+    ref: str | None = None
+    commit: Commit
+    version: str | None = None
+    standin: Standin | None = None
+
+    @field_validator("ref", "version")
+    @classmethod
+    def _words(cls, v: str | None) -> str | None:
+        return None if v is None else _plain(v)
+
+
+class PipFile(_Rec):
+    version: str
+    file: names.FileName
+    url: Url
+    sha256: Sha256
+    size: int | None = Field(None, ge=0)
+    index: Url | None = None
+    standin_for: Text | None = None
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        return _plain(v)
+
+
+class Dropped(_Rec):
+    requirement: Text
+    by: Text
+    why: Text
+
+
+class Substitution(_Rec):
+    for_: Text = Field(alias="for")
+    from_: Text | None = Field(None, alias="from")
+    index: Url | None = None
+    used: Text
+    why: Text
+
+
+class Unresolved(_Rec):
+    requirement: Text
+    why: Text
+
+
+class PipLock(_Rec):
+    resolver: Text | None = None
+    platform: Text | None = None
+    python: Text | None = None
+    indexes: list[Url] = Field(default_factory=list)
+    sdist_only: list[str] = Field(default_factory=list)
+    excluded: dict[str, Text] = Field(default_factory=dict)
+    dropped: list[Dropped] = Field(default_factory=list)
+    substitutions: list[Substitution] = Field(default_factory=list)
+    unresolved: list[Unresolved] = Field(default_factory=list)
+    asked: list[Text] = Field(default_factory=list)
+    provided: dict[str, Text] = Field(default_factory=dict)
+    packages: dict[str, PipFile] = Field(default_factory=dict)
+
+    @field_validator("packages", "excluded")
+    @classmethod
+    def _names(cls, v: dict) -> dict:
+        for key in v:
+            _plain(key)
+        return v
+
+
+class BaseLock(_Rec):
+    image: Text
+    digest: Digest | None = None
+    note: Text | None = None
+
+
+class VariantEntry(_Rec):
+    inputs: Digest
+    base: BaseLock | None = None
+    git: dict[str, GitLock] = Field(default_factory=dict)
+    pip: PipLock | None = None
+
+
+class LockFile(_Rec):
+    schema_: Literal["rlbox.lock/v2"] = Field(alias="schema")
+    release: names.FileName
+    comment: Text | None = None
+    variants: dict[names.FileName, VariantEntry]
+
+
 def path_for(root: Path, release: str) -> Path:
-    return root / "images" / "lock" / f"{release}.json"
+    return names.inside(root / "images" / "lock", f"{names.check(release, 'release', 'file')}.json", what="release")
 
 
 def rel(root: Path, path: Path) -> str:
@@ -48,18 +165,30 @@ def rel(root: Path, path: Path) -> str:
 
 
 def read(root: Path, release: str) -> dict[str, Any] | None:
+    """The release's lock as data, read through ``LockFile`` (one line naming the file and the
+    field on any problem); None when there is none (or only the old v1 lock)."""
     path = path_for(root, release)
     if not path.exists():
         return None
+    where = rel(root, path)
+    with_hint = f"; run `rlbox lock {release}` to rewrite it"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise RlboxError(f"{rel(root, path)}: not valid JSON ({err}); run `rlbox lock {release}` to rewrite it") from None
-    if isinstance(data, dict) and data.get("schema") == "rlbox.lock/v1":
+        head = load_file(path, _SchemaOnly, where)
+    except RlboxError as err:
+        raise RlboxError(f"{err}{with_hint}") from None
+    if head.schema_ == "rlbox.lock/v1":
         return None  # the old lock held only PyPI pins: every variant is unlocked until `rlbox lock`
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("variants"), dict):
-        raise RlboxError(f"{rel(root, path)}: not an rlbox lock ({SCHEMA}); run `rlbox lock {release}` to rewrite it")
-    return data
+    if head.schema_ != SCHEMA:
+        raise RlboxError(f"{where}: schema: not an rlbox lock ({SCHEMA}){with_hint}")
+    try:
+        return load_file(path, LockFile, where).model_dump(by_alias=True, exclude_unset=True)
+    except RlboxError as err:
+        raise RlboxError(f"{err}{with_hint}") from None
+
+
+class _SchemaOnly(Strict):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    schema_: str | None = Field(None, alias="schema")
 
 
 def inputs_digest(release: Any, variant_name: str, components: dict[str, Any], base_image: str,

@@ -11,12 +11,12 @@ file that is missing, stale or no longer produced by the matrix (orphans: under 
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
+from rlbox.core import quote
 from rlbox.core.errors import RlboxError
 from rlbox.image import ci_workflow as workflow
 from rlbox.image.matrix import Matrix, ResolvedVariant, fill_hardware
@@ -25,14 +25,20 @@ from rlbox.image.requirements import canonical
 
 def environment(root: Path) -> jinja2.Environment:
     """The Jinja environment every Dockerfile renders in: ``root/templates``, strict undefined,
-    and the ``q`` (shell quote) and ``hwformat`` (hardware placeholders) filters."""
+    and the filters: ``q`` (one word of a shell-form instruction: quoted, control characters
+    refused), ``word`` (a plain token, refused otherwise: package names, digests), ``envkey`` (an
+    environment variable name), ``hwformat`` (hardware placeholders). Every value from a manifest
+    or the lock goes through one of the first three (rlbox.core.quote)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(root / "templates")),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.filters["q"] = quote.dockerfile_shell
+    env.filters["word"] = quote.word
+    env.filters["envkey"] = quote.env_key
+    env.filters["jsonform"] = quote.dockerfile_json  # for exec-form (JSON) instructions
     env.filters["hwformat"] = fill_hardware
     env.filters["canonical"] = canonical
     return env
@@ -46,6 +52,8 @@ def dockerfile(variant: ResolvedVariant, env: jinja2.Environment | None = None) 
     env = env or environment(variant.root)
     try:
         text = env.get_template("Dockerfile.j2").render(v=variant)
+    except ValueError as err:  # a value refused by a quoting filter
+        raise RlboxError(f"{variant.manifest_rel}: {err}") from None
     except jinja2.TemplateError as err:
         where = getattr(err, "filename", None) or "templates/Dockerfile.j2"
         line = f":{err.lineno}" if getattr(err, "lineno", None) else ""
@@ -80,9 +88,16 @@ def locked_requirements(variant: ResolvedVariant, sdists: bool = False) -> str:
     only = {canonical(n) for n in variant.release.sdist_only}
     keep = {n: p for n, p in variant.lock.pip.items() if (n in only) == sdists}
     primary = (variant.lock.section.get("indexes") or ["https://pypi.org/simple"])[0]
-    for index in sorted({p.get("index") for p in keep.values()} - {primary, None}):
-        head.append(f"--extra-index-url {index}")  # where those files are (an offline build ignores it)
-    body = "".join(f"{n}=={p['version']} \\\n    --hash=sha256:{p['sha256']}\n" for n, p in sorted(keep.items()))
+    try:  # every value is one requirement word: none can start a line of its own or an option
+        for index in sorted({p.get("index") for p in keep.values()} - {primary, None}):
+            # where those files are (an offline build ignores it)
+            head.append(f"--extra-index-url {quote.requirement_part(index, 'index')}")
+        body = "".join(f"{quote.requirement_part(n, 'package')}=={quote.requirement_part(p['version'], 'version')} "
+                       f"\\\n    --hash=sha256:{quote.requirement_part(p['sha256'], 'sha256')}\n"
+                       for n, p in sorted(keep.items()))
+    except ValueError as err:
+        raise RlboxError(f"{variant.lock.path}: {err}") from None
+    head = [line.replace("\n", " ").replace("\r", " ") for line in head]
     return "\n".join(head) + "\n" + body
 
 

@@ -251,14 +251,14 @@ def git_files(c: "ResolvedComponent", repo: Path, commit: str) -> SourceFiles:
     sub = f"{c.spec.subdir}/" if c.spec.subdir else ""
 
     def read(path: str) -> str | None:
-        proc = subprocess.run(["git", "--git-dir", str(repo), "show", f"{commit}:{sub}{path}"],
+        proc = subprocess.run(["git", "--git-dir", str(repo), "show", "--end-of-options", f"{commit}:{sub}{path}"],
                               capture_output=True)
         return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
 
     def export(dest: Path) -> Path:
         dest.mkdir(parents=True)
         # only the subdir when there is one: what a build checks out (rlbox-git-fetch sparse)
-        archive = subprocess.run(["git", "--git-dir", str(repo), "archive", "--format=tar", commit,
+        archive = subprocess.run(["git", "--git-dir", str(repo), "archive", "--format=tar", "--end-of-options", commit,
                                   *([c.spec.subdir] if c.spec.subdir else [])], capture_output=True)
         if archive.returncode != 0:
             raise RlboxError(f"components.{c.name}: {repo.name} cannot export {commit[:12]}: "
@@ -307,7 +307,7 @@ def scm_version(c: "ResolvedComponent", repo: Path, commit: str, read) -> str | 
     if not uses_scm(read):
         return None
     proc = subprocess.run(["git", "--git-dir", str(repo), "describe", "--tags", "--long", "--match", "v[0-9]*",
-                           "--abbrev=9", commit], capture_output=True, text=True)
+                           "--abbrev=9", "--end-of-options", commit], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RlboxError(f"components.{c.name}: no release tag reaches {commit[:12]} in {repo.name} "
                          "(a shallow copy?): fill the source cache with history (`rlbox fetch-sources`)")

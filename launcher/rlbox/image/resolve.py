@@ -144,7 +144,7 @@ def resolve_commit(variant: "ResolvedVariant", name: str, spec: "Component") -> 
     if spec.commit and FULL_SHA.fullmatch(spec.commit):
         return spec.commit
     if spec.ref:
-        proc = _git("ls-remote", spec.git, f"refs/tags/{spec.ref}^{{}}", f"refs/tags/{spec.ref}", f"refs/heads/{spec.ref}")
+        proc = _git("ls-remote", "--end-of-options", spec.git, f"refs/tags/{spec.ref}^{{}}", f"refs/tags/{spec.ref}", f"refs/heads/{spec.ref}")
         if proc.returncode != 0:
             raise RlboxError(f"{where}: cannot reach {spec.git} ({last_line(proc.stderr)}); lock where it is reachable")
         refs = dict(reversed(line.split("\t", 1)) for line in proc.stdout.splitlines() if "\t" in line)
@@ -157,10 +157,10 @@ def resolve_commit(variant: "ResolvedVariant", name: str, spec: "Component") -> 
     # A short SHA without a ref: fetch the commit graph only (no trees or blobs) and expand it.
     with tempfile.TemporaryDirectory(prefix="rlbox-lock-") as tmp:
         _git("init", "-q", "--bare", tmp)
-        proc = _git("fetch", "-q", "--filter=tree:0", spec.git, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", cwd=tmp)
+        proc = _git("fetch", "-q", "--filter=tree:0", "--end-of-options", spec.git, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", cwd=tmp)
         if proc.returncode != 0:
             raise RlboxError(f"{where}: cannot fetch {spec.git} ({last_line(proc.stderr)}); lock where it is reachable")
-        proc = _git("rev-parse", "--verify", "--quiet", f"{spec.commit}^{{commit}}", cwd=tmp)
+        proc = _git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{spec.commit}^{{commit}}", cwd=tmp)
         if proc.returncode != 0:
             raise RlboxError(f"{where}: commit {spec.commit} is not in {spec.git} (or is ambiguous); fix `commit:`")
         return proc.stdout.strip()

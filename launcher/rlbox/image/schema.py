@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from rlbox.core import names, quote
 from rlbox.core.config import Strict
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -45,6 +46,9 @@ class Hardware(Strict):
     kubernetes_resource: str = "huawei.com/Ascend910"
 
 
+BASE_TAG_FIELDS = ("cann", "chip", "os", "python")
+
+
 class Base(Strict):
     image: str
     tag: str = Field(description="format string over cann, chip, os, python (the base's Python)")
@@ -52,6 +56,17 @@ class Base(Strict):
         None, description="Python of the base image when it differs from the release's; "
         "the release's Python is then installed from the OS packages"
     )
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return quote.word(v, "base image")
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str) -> str:
+        # only the known fields, no {x.attr}/{x[0]}/{x:>999999}: a tag is text, not code or a padding
+        return quote.format_fields(v, BASE_TAG_FIELDS, "base tag")
 
 
 class Cann(Strict):
@@ -199,6 +214,11 @@ class Variant(Strict):
     platform: Literal["linux/arm64", "linux/amd64"] | None = None
     tag: str | None = None
     base_tag: str | None = Field(None, description="override of the base image tag")
+
+    @field_validator("tag", "base_tag")
+    @classmethod
+    def _tags(cls, v: str | None) -> str | None:
+        return None if v is None else quote.word(v, "tag")
     components: dict[str, Any] = Field(
         default_factory=dict, description="per-variant overrides of component fields (e.g. x86 torch index)"
     )
@@ -235,6 +255,34 @@ class Release(Strict):
     def _python(cls, v: str) -> str:
         if not re.fullmatch(r"3\.\d+", v):
             raise ValueError(f"'{v}' is not a Python minor version such as 3.10")
+        return v
+
+    @field_validator("release")
+    @classmethod
+    def _release(cls, v: str) -> str:
+        return names.check_value(v, "file")
+
+    @field_validator("variants")
+    @classmethod
+    def _variants(cls, v: dict) -> dict:
+        for name in v:  # a variant is a folder of dockerfiles/, a Makefile target and a CI job
+            names.check_value(name, "file")
+            quote.make_value(name, "variant")
+        return v
+
+    @field_validator("system_packages")
+    @classmethod
+    def _packages(cls, v: dict) -> dict:
+        for pkgs in v.values():
+            for pkg in pkgs:  # an OS package is a word on the installer's command line
+                quote.word(pkg, "package")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict) -> dict:
+        for key in v:
+            quote.env_key(key)
         return v
 
     @field_validator("components")

@@ -17,14 +17,24 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlbox.core import names
+from rlbox.core.config import HEX40, HEX64, redact_url
 from rlbox.core.errors import RlboxError, last_line
 from rlbox.image.matrix import ResolvedVariant
 from rlbox.image.mirrors import SOURCES_DIR, Profile
 from rlbox.image.requirements import canonical
 
 
+def checked_commit(commit: object, what: str) -> str:
+    """A commit as git may be given it: 40 lower-case hex digits, never an option (``--upload-pack=``)."""
+    if not isinstance(commit, str) or not HEX40.fullmatch(commit):
+        raise RlboxError(f"{what}: commit {str(commit)[:60]!r} is not a full git commit (40 lower-case hex digits)")
+    return commit
+
+
 def git_dir(dest: Path, name: str, commit: str) -> Path:
-    return dest / "git" / f"{name}-{commit}.git"
+    return names.inside(dest / "git", f"{names.check(name, 'component', 'file')}-{checked_commit(commit, name)}.git",
+                        what="component")
 
 
 def wheel_dir(dest: Path, v: ResolvedVariant) -> Path:
@@ -99,7 +109,8 @@ def fetch(v: ResolvedVariant, dest: Path | None = None, *, profile: Profile | No
             continue
         standin = standin_of(v, c.name)
         if standin:
-            git.append(download(standin["url"], standin["sha256"], sdist_dir(dest) / standin["file"], ca_bundle=ca_bundle).name)
+            git.append(download(standin["url"], standin["sha256"], names.inside(sdist_dir(dest), standin["file"], what="sdist"),
+                                ca_bundle=ca_bundle).name)
         else:
             git.append(fetch_git(c, c.spec.commit, dest, profile=profile, echo=echo).name)
     wheels = fetch_locked(v, dest, ca_bundle, echo)
@@ -123,20 +134,22 @@ def fetch_git(c, commit: str, dest: Path, *, history: bool = False, profile: Pro
     if target.is_dir():
         echo(f"git {c.name}@{commit[:12]}: cached")
         return target
-    echo(f"git {c.name}@{commit[:12]} from {c.spec.git}")
+    echo(f"git {c.name}@{commit[:12]} from {redact_url(c.spec.git)}")
     env = _git_env(profile)
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".fetching-{c.name}-", dir=dest) as tmp:
         repo = Path(tmp) / target.name
         _run(["git", "init", "-q", "--bare", repo], f"git init for {c.name}")
-        depth = [c.spec.git, "+refs/tags/*:refs/tags/*", commit] if history else ["--depth", "1", c.spec.git, commit]
+        # --end-of-options: the URL and commit are never read as options, whatever they hold
+        depth = (["--end-of-options", c.spec.git, "+refs/tags/*:refs/tags/*", commit] if history
+                 else ["--depth", "1", "--end-of-options", c.spec.git, commit])
         fetched = subprocess.run(["git", "-C", repo, "fetch", "-q", *depth], capture_output=True, text=True, env=env)
         if fetched.returncode != 0:  # servers that refuse a fetch by commit: the ref, then everything
             refs = [f"+refs/tags/{c.spec.ref}:refs/tags/{c.spec.ref}"] if c.spec.ref else []
-            _run(["git", "-C", repo, "fetch", "-q", c.spec.git, *(refs or ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])],
-                 f"git fetch of {c.name} from {c.spec.git}", env=env)
+            _run(["git", "-C", repo, "fetch", "-q", "--end-of-options", c.spec.git, *(refs or ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])],
+                 f"git fetch of {c.name} from {redact_url(c.spec.git)}", env=env)
         _run(["git", "-C", repo, "update-ref", "refs/rlbox/pin", commit],
-             f"{c.name}: commit {commit} is not in {c.spec.git}; the pin")
+             f"{c.name}: commit {commit} is not in {redact_url(c.spec.git)}; the pin")
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(repo, target)
     return target
@@ -151,10 +164,14 @@ def sha256(path: Path) -> str:
 
 
 def download(url: str, want: str, target: Path, *, ca_bundle: Path | None = None) -> Path:
-    """``url`` into ``target``, kept only if its sha256 is ``want``; a present good file is kept."""
+    """``url`` into ``target``, kept only if its sha256 is ``want`` (64 hex digits: there is no
+    download without a hash to check); a present good file is kept."""
     import requests
 
-    if target.is_file() and (not want or sha256(target) == want):
+    if not isinstance(want, str) or not HEX64.fullmatch(want):
+        raise RlboxError(f"fetch-sources: {target.name}: sha256 {str(want)[:70]!r} is not 64 hex digits; "
+                         "nothing is downloaded without a hash to check")
+    if target.is_file() and sha256(target) == want:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
@@ -166,9 +183,10 @@ def download(url: str, want: str, target: Path, *, ca_bundle: Path | None = None
                     f.write(chunk)
     except requests.RequestException as err:
         part.unlink(missing_ok=True)
-        raise RlboxError(f"fetch-sources: cannot download {url}: {str(err)[:160]}") from None
+        raise RlboxError(f"fetch-sources: cannot download {redact_url(url)}: "
+                         f"{str(err).replace(url, redact_url(url))[:160]}") from None
     got = sha256(part)
-    if want and got != want:
+    if got != want:
         part.unlink()
         raise RlboxError(f"fetch-sources: {target.name}: sha256 {got} is not the locked {want}; the index changed the file")
     os.replace(part, target)
@@ -199,7 +217,8 @@ def fetch_sdist(spec: str, dest: Path, *, ca_bundle: Path | None = None, sha: st
         fn = f["filename"]
         if fn.endswith(".tar.gz") and fn[: -len(".tar.gz")] in stems:
             url = f["url"].split("#", 1)[0]
-            return download(url, sha or f["hashes"]["sha256"], sdist_dir(dest) / fn, ca_bundle=ca_bundle), url
+            return download(url, sha or f["hashes"]["sha256"], names.inside(sdist_dir(dest), fn, what="sdist"),
+                            ca_bundle=ca_bundle), url
     raise RlboxError(f"fetch-sources: PyPI has no sdist of {spec}")
 
 
@@ -209,7 +228,7 @@ def fetch_locked(v: ResolvedVariant, dest: Path, ca_bundle: Path | None, echo) -
     pkgs = v.lock.pip
     echo(f"wheels: {len(pkgs)} locked files for {v.platform}, Python {v.release.python} -> {target}")
     for name, p in pkgs.items():
-        download(p["url"], p["sha256"], target / p["file"], ca_bundle=ca_bundle)
+        download(p["url"], p["sha256"], names.inside(target, p["file"], what=f"lock file of {name}"), ca_bundle=ca_bundle)
     return len(pkgs)
 
 

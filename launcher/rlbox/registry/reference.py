@@ -16,9 +16,9 @@ MACHINE_PLATFORM = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": 
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 PATH_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
-TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")  # ASCII: \w would take tág
 DIGEST_RE = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
-HOST_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::\d{1,5})?$")
+HOST_RE = re.compile(r"^(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?$")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -33,7 +33,7 @@ def is_registry_host(component: str) -> bool:
 
 def split_host(host: str) -> tuple[str, int | None]:
     """``HOST[:PORT]`` -> (HOST, PORT or None); IPv6 in brackets."""
-    m = re.fullmatch(r"\[([0-9a-fA-F:]+)\](?::(\d+))?|([^:]+)(?::(\d+))?", host)
+    m = re.fullmatch(r"\[([0-9a-fA-F:]+)\](?::([0-9]+))?|([^:]+)(?::([0-9]+))?", host)
     if not m:
         return host, None
     name = m.group(1) or m.group(3)

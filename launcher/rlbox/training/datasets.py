@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlbox.cluster.spec import Mount
@@ -58,7 +57,7 @@ class _Recipes(BaseModel):
 
 
 def recipes() -> dict[str, Dataset]:
-    return validate(_Recipes, yaml.safe_load(RECIPES.read_text(encoding="utf-8")), str(RECIPES)).datasets
+    return validate(_Recipes, load_yaml(read_text(RECIPES), str(RECIPES)), str(RECIPES)).datasets
 
 
 def get(name: str) -> Dataset:

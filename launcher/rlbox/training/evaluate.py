@@ -26,11 +26,13 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlparse
 
 import requests
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rlbox.core.config import read_text
+from rlbox.core.config import load_file
 from rlbox.core.errors import RlboxError
 
 # rlbox's dataset names -> AISBench dataset configs (seed 000: aime2024; seed 001: MATH-500).
@@ -329,19 +331,30 @@ def result(p: EvalPlan, model_id: str) -> dict:
     }
 
 
+class EvalResult(BaseModel):
+    """An `rlbox eval` result file as read back (``result``): what `--compare` uses is typed."""
+
+    model_config = ConfigDict(extra="allow")
+    schema_: Literal["rlbox.eval/v1"] = Field(alias="schema")
+    dataset: str = Field(max_length=256)
+    metric: str = Field(max_length=256)
+    mode: str = Field(max_length=64)
+    version: str = Field("-", max_length=256)
+    mean: float = Field(allow_inf_nan=False)
+
+    @field_validator("mean", mode="before")
+    @classmethod
+    def _number(cls, v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError("not a number")
+        return v
+
+
 def load_result(path: Path) -> dict:
     try:
-        data = json.loads(read_text(path))
-    except ValueError:
-        raise RlboxError(f"{path}: not JSON (an `rlbox eval` result)") from None
-    if not isinstance(data, dict) or data.get("schema") != "rlbox.eval/v1":
-        raise RlboxError(f"{path}: not an `rlbox eval` result (schema rlbox.eval/v1)")
-    for key in ("dataset", "metric", "mode"):
-        if not isinstance(data.get(key), str):
-            raise RlboxError(f"{path}: `{key}` is missing or not text; not a complete `rlbox eval` result")
-    if not isinstance(data.get("mean"), (int, float)) or isinstance(data.get("mean"), bool):
-        raise RlboxError(f"{path}: `mean` is missing or not a number; not a complete `rlbox eval` result")
-    return data
+        return load_file(path, EvalResult, str(path), fmt="json").model_dump(by_alias=True)
+    except RlboxError as err:
+        raise RlboxError(f"{err}; not a complete `rlbox eval` result") from None
 
 
 def compare(before: dict, after: dict) -> list[list[str]]:

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
+from rlbox.core.config import load_yaml, read_text
 from rlbox.core.errors import RlboxError, nearest
 from rlbox.core.paths import RESOURCES
 
@@ -47,6 +47,8 @@ _INT = re.compile(r"^[+-]?\d+$")
 _VALUE_PREFIX = re.compile(r"^(?:[+-]?(?:\d[\d.]*(?:[eE][+-]?\d*)?|\.\d*)?|np(?:\.\w*(?:\([\w.+\-]*)?)?)$")
 _ELLIPSIS = {"…", "……", "...", "……", "⋯"}
 _LINES = re.compile(r"\r\n|\r|\n")
+MAX_LINE = 4 * 1024 * 1024  # characters of one log line read (a step line of 70,000 keys is ~2.5 MB)
+MAX_BODY = 16 * 1024 * 1024  # characters of one step line glued from wrapped lines
 
 
 def clean(line: str) -> str:
@@ -112,6 +114,19 @@ def _continues(segments: list[str]) -> bool:
     return all(_pair(s) for s in segments[:-1]) and bool(_pair(segments[-1]) or _partial(segments[-1]))
 
 
+def _last_segment(tail: str) -> str:
+    """``_SEP.split(tail)[-1]`` without splitting the whole line: a step line glued from many
+    wrapped lines is not re-split at every line (that was quadratic)."""
+    end = len(tail)
+    while True:
+        j = tail.rfind("-", 0, end)
+        if j <= 0:
+            return tail
+        if j + 1 < len(tail) and tail[j - 1].isspace() and tail[j + 1].isspace():
+            return tail[j + 1:].lstrip()
+        end = j
+
+
 def _join(body: str, nxt: str) -> str | None:
     """``body`` (a step line so far) with the next line appended if that line continues it."""
     if not nxt.strip() or _STEP.search(nxt):
@@ -129,7 +144,7 @@ def _join(body: str, nxt: str) -> str | None:
     # Cut at a fixed column inside a key or a value: glue when that makes the pair whole.
     if body != tail or nxt != nxt.lstrip():
         return None
-    last = _SEP.split(tail)[-1]
+    last = _last_segment(tail)
     segs = _segments(nxt)
     if not last or any(c.isspace() for c in last + segs[0]):
         return None
@@ -146,6 +161,7 @@ class Metrics:
     rows: dict[int, dict[str, float | int]] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)  # first-seen order
     lines: int = 0  # step lines read (a step seen twice counts twice)
+    seen: set[str] = field(default_factory=set, repr=False)  # the keys again, for O(1) membership
 
     @property
     def steps(self) -> list[int]:
@@ -157,8 +173,9 @@ class Metrics:
 
     def add(self, step: int, pairs: dict[str, float | int]) -> None:
         self.lines += 1
-        for k in pairs:
-            if k not in self.keys:
+        for k in pairs:  # a set, not the list: a 70,000-key line stays linear
+            if k not in self.seen:
+                self.seen.add(k)
                 self.keys.append(k)
         self.rows.setdefault(step, {}).update(pairs)
 
@@ -169,7 +186,7 @@ class Metrics:
 
 def parse(text: str, source: str = "") -> Metrics:
     out = Metrics(source)
-    lines = _LINES.split(text)
+    lines = [line[:MAX_LINE] for line in _LINES.split(text)]
     i = 0
     while i < len(lines):
         line = clean(lines[i])
@@ -178,7 +195,7 @@ def parse(text: str, source: str = "") -> Metrics:
         if not m:
             continue
         body = line[m.end():]
-        while i < len(lines):
+        while i < len(lines) and len(body) < MAX_BODY:
             joined = _join(body, clean(lines[i]))
             if joined is None:
                 break
@@ -301,7 +318,7 @@ class Entry:
 
 def glossary() -> tuple[str, dict[str, Entry]]:
     """The shipped glossary: its source and key -> entry."""
-    data = yaml.safe_load(GLOSSARY.read_text(encoding="utf-8"))
+    data = load_yaml(read_text(GLOSSARY), str(GLOSSARY))
     entries = {}
     for item in data["metrics"]:
         entry = Entry(tuple(item["keys"]), item["text"], item.get("watch", ""), item.get("note", ""))

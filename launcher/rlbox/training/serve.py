@@ -19,15 +19,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import requests
+from pydantic import BaseModel, ConfigDict, Field
 
 from rlbox.cluster import launch
 from rlbox.cluster.hosts import connect, count_devices
 from rlbox.cluster.sim import write_stand_ins
-from rlbox.cluster.spec import Host, Mount, from_hosts
-from rlbox.core import engine
-from rlbox.core.config import parse_pairs, read_text
+from rlbox.cluster.spec import Host, HostName, Mount, SshUser, from_hosts
+from rlbox.core import engine, names
+from rlbox.core.config import Int32, Url, load_file, parse_pairs
 from rlbox.core.errors import RlboxError
 from rlbox.training.oneshot import ensure_image
 from rlbox.cluster.plan import (BASE_ENV, CONTROL_DEVICES, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, LABEL_MANAGED, NOFILE, NPROC,
@@ -234,19 +236,38 @@ def host_of(state: dict) -> Host:
 
 
 def state_path(runs_dir: Path, name: str) -> Path:
-    """The record of server NAME (what `rlbox eval` and `rlbox serve --stop` read)."""
-    return runs_dir / "serve" / f"{name}.json"
+    """The record of server NAME (what `rlbox eval` and `rlbox serve --stop` read); NAME is a run
+    name (it names a container too) and the record stays under RUNS_DIR/serve/."""
+    return names.inside(runs_dir / "serve", f"{names.check(name, '--name')}.json", what="--name")
+
+
+class ServeRecord(BaseModel):
+    """RUNS_DIR/serve/NAME.json as read back (ServePlan.as_dict)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str | None = None
+    host: HostName | None = None
+    ssh_user: SshUser | None = None
+    ssh_port: int | None = Field(None, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    transport: Literal["local", "ssh", "auto"] = "auto"
+    url: Url | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+    max_model_len: Int32 | None = Field(None, ge=1)
 
 
 def load_record(path: Path, *fields: str) -> dict:
-    """A server's record, with ``fields`` present; a broken one is one line naming the file."""
+    """A server's record through ``ServeRecord``, with ``fields`` present; a broken one is one
+    line naming the file and the field."""
+    hint = "; not a server record: remove it, and any container it started (docker ps --filter label=io.rlbox.serve)"
     try:
-        data = json.loads(read_text(path))
-    except ValueError:
-        data = None
-    if not isinstance(data, dict) or not all(isinstance(data.get(f), str) and data.get(f) for f in fields):
-        raise RlboxError(f"{path}: not a server record (JSON with {', '.join(fields)}); remove it, and any "
-                         "container it started (docker ps --filter label=io.rlbox.serve)")
+        data = load_file(path, ServeRecord, str(path), fmt="json").model_dump(exclude_unset=True)
+    except RlboxError as err:
+        raise RlboxError(f"{err}{hint}") from None
+    missing = [f for f in fields if not data.get(f)]
+    if missing:
+        raise RlboxError(f"{path}: {missing[0]}: missing{hint}")
     return data
 
 

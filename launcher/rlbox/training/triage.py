@@ -26,10 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rlbox.core.config import validate
+from rlbox.core.config import load_yaml, read_text, validate
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import RESOURCES
 
@@ -75,10 +74,10 @@ class Signature(BaseModel):
 
 
 def load_signatures(path: Path = SIGNATURES) -> list[Signature]:
+    data = load_yaml(read_text(path), str(path))  # the one bounded loader; one line on a problem
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
         items = list(data["signatures"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
+    except (KeyError, TypeError) as err:
         raise RlboxError(f"{path}: cannot read the signatures ({type(err).__name__})") from None
     sigs = [validate(Signature, item, f"{path}: signatures.{i}") for i, item in enumerate(items)]
     ids = [s.id for s in sigs]

@@ -232,11 +232,28 @@ def _parse_overrides(overrides: list[str]):
 
 
 def _suggest(key: str, known: dict[str, Any]) -> str:
+    """``; did you mean X?`` for an unknown dotted key: the nearest whole key, else the key with its
+    first unknown segment replaced by the nearest real one at that level (``alogorithm.x.y`` ->
+    ``algorithm``, or ``algorithm.x.y`` when that exists), else the nearest sibling."""
     close = nearest(key, known, 1, cutoff=0.75)
-    if not close:
-        head, _, tail = key.rpartition(".")
-        siblings = [k for k in known if k.rpartition(".")[0] == head]
-        close = nearest(key, siblings, 1, cutoff=0.5)
+    if close:
+        return f"; did you mean {close[0]}?"
+    parts, prefix = key.split("."), ""
+    for i, part in enumerate(parts):
+        path = f"{prefix}.{part}" if prefix else part
+        if path in known:
+            prefix = path
+            continue
+        level = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == prefix]
+        seg = nearest(part, level, 1, cutoff=0.5)
+        if seg:
+            fixed_head = f"{prefix}.{seg[0]}" if prefix else seg[0]
+            whole = ".".join([fixed_head, *parts[i + 1:]])
+            return f"; did you mean {whole if whole in known else fixed_head}?"
+        break
+    head = key.rpartition(".")[0]
+    siblings = [k for k in known if k.rpartition(".")[0] == head]
+    close = nearest(key, siblings, 1, cutoff=0.5)
     return f"; did you mean {close[0]}?" if close else ""
 
 
