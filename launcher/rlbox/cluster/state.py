@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -197,6 +197,8 @@ class StateRecord(BaseModel):
     status: str | None = Field(None, max_length=64)
     exit_code: Int32 | None = None
     lost: str | None = Field(None, max_length=2000)
+    reason: str | None = Field(None, max_length=4000)
+    addresses: dict[Annotated[str, Field(pattern=r"^[0-9]{1,4}$")], Annotated[str, Field(pattern=r"^[0-9A-Fa-f:.]{2,45}$")]] | None = Field(None, max_length=4096)  # node index -> address
     restarts: list[_Restart] | None = None
     max_restarts: int | None = Field(None, ge=0, le=10_000)
 
