@@ -67,6 +67,8 @@ def test_the_cluster_file_is_what_rlbox_run_reads_as_it_is(tmp_path):
                                nofile=20000)
     path = tmp_path / "cluster.yaml"
     path.write_text(plan.cluster_yaml())
+    Path(plan.identity_file).parent.mkdir(parents=True, exist_ok=True)
+    Path(plan.identity_file).touch()  # `up` generates it; the cluster file's reader wants a regular file
     cluster = spec.from_file(path)
     assert [h.name for h in cluster.hosts] == ["10.201.0.1", "10.201.0.2"]
     assert all(not h.local and h.ssh_user == "root" and h.identity_file == plan.identity_file

@@ -22,8 +22,10 @@ The rules:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 STREAM_VIAS = ("chain", "launcher")
 
@@ -122,6 +124,10 @@ class DeliveryPlan:
             else:
                 lines.append(f"layers   all {len(self.diff_ids)} sent")
         return "\n".join(lines) + "\n"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (every plan keeps rlbox.core.plan.Plan)."""
+        return dataclasses.asdict(self) | {"order": list(self.order), "needed": self.needed}
 
 
 def short(image_id: str | None) -> str:
