@@ -55,6 +55,12 @@ def shim_torch_cpu(mod):
     for name in ("max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved"):
         if not hasattr(mod, name):
             setattr(mod, name, lambda *a, **k: 0)
+    # utils/profiler/performance.py:38 log_gpu_memory_usage -> mem_get_info(): (free, total), the host's.
+    if not hasattr(mod, "mem_get_info"):
+        def mem_get_info(*a, **k):
+            page = os.sysconf("SC_PAGE_SIZE")
+            return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+        mod.mem_get_info = mem_get_info
     APPLIED.append("torch.cpu memory calls")
 
 
