@@ -55,6 +55,10 @@ def shim_torch_cpu(mod):
     for name in ("max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved"):
         if not hasattr(mod, name):
             setattr(mod, name, lambda *a, **k: 0)
+    # utils/flops_counter.py:45 get_device_flops() -> get_device_name(): no known device, so verl's
+    # own fallback (inf FLOPS: MFU 0).
+    if not hasattr(mod, "get_device_name"):
+        mod.get_device_name = lambda *a, **k: "CPU"
     # utils/profiler/performance.py:38 log_gpu_memory_usage -> mem_get_info(): (free, total), the host's.
     if not hasattr(mod, "mem_get_info"):
         def mem_get_info(*a, **k):
