@@ -54,7 +54,8 @@ def main(argv):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(corpus(args.corpus), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   bos_token=None, unk_token=None, model_max_length=2048)
+                                   bos_token=None, unk_token=None, model_max_length=2048,
+                                   model_input_names=["input_ids", "attention_mask"])
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(args.out)
 

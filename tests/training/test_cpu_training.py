@@ -150,7 +150,7 @@ def test_verl_trains_loses_a_node_resumes_merges_and_reports(cpu_image, shared, 
     hf = ckpt / "global_step_5" / "hf_merged"
     gen = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{hf}:/m:ro", cpu_image, "python3", "-c",
                           "import torch, transformers as t; tok = t.AutoTokenizer.from_pretrained('/m'); "
-                          "m = t.AutoModelForCausalLM.from_pretrained('/m'); ids = tok('2 + 3 =', return_tensors='pt'); "
+                          "m = t.AutoModelForCausalLM.from_pretrained('/m'); ids = tok('2 + 3 =', return_tensors='pt', return_token_type_ids=False); "
                           "out = m.generate(**ids, max_new_tokens=8, do_sample=False); "
                           "print('generated', out.shape[1] - ids['input_ids'].shape[1], type(m).__name__)"],
                          text=True, capture_output=True)
