@@ -11,7 +11,7 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench rehearsal rehearsal-sim sim-image rehearse-image
+.PHONY: cpu-image help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench rehearsal rehearsal-sim sim-image rehearse-image
 
 help:
 	@echo "make rehearsal     the production path on a 4-host A3 testbed (namespaces, own engines and sshd; needs root): 64 NPUs, smoke job, teardown"
@@ -23,6 +23,7 @@ help:
 	@echo "make image REF=RELEASE:VARIANT    build one variant of the matrix (BUILD_FLAGS=... rlbox build options; CI uses it)"
 	@echo "make image-a2|image-a3|image-ax   build $(FLAGSHIP) for that hardware (BUILD_FLAGS=...)"
 	@echo "make rehearse-image REF=RELEASE:VARIANT [MIRRORS=DIR]   real-content build on a CANN stand-in base + checks"
+	@echo "make cpu-image     the CPU training image: verl_cpu:amd64 + the verl-cpu-shims stand-in (docs/cpu-training.md)"
 	@echo "make bench         benchmarks under bench/ (image rebuild, cluster bring-up, pre-flight, node loss, log follow)"
 
 setup:
@@ -42,6 +43,13 @@ rehearse-image: setup
 	@if [ -z "$(REF)" ]; then echo "make rehearse-image: give REF=RELEASE:VARIANT (see rlbox images list)" >&2; exit 2; fi
 	$(if $(MIRRORS),$(VENV) bash tools/sources-from-mirrors.sh $(MIRRORS))
 	$(RLBOX) rehearse $(REF) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+# The CPU training image (docs/cpu-training.md): this machine's CPU torch wheel on the loopback index
+# images/verl_cpu.yaml names, then the release and the verl-cpu-shims stand-in on top.
+cpu-image: setup
+	bash tools/make-base-image.sh
+	$(VENV) "$(CURDIR)/.venv/bin/python" tools/torch-cpu-index.py 23461 -- "$(CURDIR)/.venv/bin/python" -m rlbox.cli \
+		build verl_cpu:amd64 --standin verl-cpu-shims --network host $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
 # The production path (`rlbox run --cluster`) on a 4-host A3 testbed (tools/rehearsal.py); it says in
 # one line when namespaces are not available here, and rehearsal-sim is the simulation instead.

@@ -103,12 +103,12 @@ def test_dapo_entry_composes_with_trainer_config_on_the_search_path(verl_source)
 
 
 def test_every_recipe_validates_clean(verl050, verl_source):
-    nearest = {"verl_pt27_25rc3": verl_source, "verl_pt27_cann82rc1": validate.from_wheel("0.7.0")}
+    nearest = {"verl_pt27_25rc3": verl_source, "verl_pt27_cann82rc1": validate.from_wheel("0.7.0"), "verl_cpu": verl050}
     for r in recipes.all_recipes():
         argv, _ = r.resolve({}, [])
         from rlbox.cluster.jobs import plan_job
 
-        npus = 16 if r.hardware == "a3" else 8
+        npus = r.devices or (16 if r.hardware == "a3" else 8)
         job = plan_job(argv, nodes=r.nodes, npus_per_node=npus, run="t", run_id="x")
         assert validate.check(nearest[r.release], list(job.argv), r.nodes, npus) == [], r.name
 

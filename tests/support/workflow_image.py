@@ -91,9 +91,9 @@ def make_tree(dest: Path) -> Path:
 
 
 class WheelIndex:
-    """A PEP 503 simple index with one project (torch) on 127.0.0.1:INDEX_PORT."""
+    """A PEP 503 simple index with one project (torch) on 127.0.0.1:port (INDEX_PORT unless given)."""
 
-    def __init__(self, root: Path, wheel: Path):
+    def __init__(self, root: Path, wheel: Path, port: int = INDEX_PORT):
         self.root = root
         (root / "simple" / "torch").mkdir(parents=True, exist_ok=True)
         shutil.copy(wheel, root / wheel.name) if not (root / wheel.name).exists() else None
@@ -101,7 +101,7 @@ class WheelIndex:
         (root / "simple" / "index.html").write_text('<a href="torch/">torch</a>\n')
         (root / "simple" / "torch" / "index.html").write_text(f'<a href="{href}">{wheel.name}</a>\n')
         handler = functools.partial(_Quiet, directory=str(root))
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", INDEX_PORT), handler)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self):

@@ -9,7 +9,7 @@ import click
 
 from rlbox.cli.common import err, matrix, note
 from rlbox.core.errors import RlboxError
-from rlbox.image import build, lockfile, mirrors, render, resolve, sources
+from rlbox.image import build, lockfile, mirrors, render, resolve, sources, standins
 from rlbox.image.ci_workflow import PATH as WORKFLOW_PATH
 
 
@@ -91,9 +91,11 @@ def lock_cmd(refs, check, strict, pip_index, ca_bundle):
 @click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, passed to buildx (e.g. type=gha,mode=max,scope=REF).")
 @click.option("--metadata-file", type=click.Path(path_type=Path), help="Write buildx's result metadata (JSON; containerimage.digest) to FILE.")
 @click.option("--mirror", "mirror", metavar="PROFILE", help="Mirror profile from images/mirrors.yaml (cn, intl, offline): pip index, apt and git mirrors, HF endpoint and base registry together; the options above override it. offline: no network, sources from .rlbox-sources (rlbox fetch-sources).")
+@click.option("--standin", "standin", metavar="NAME", help="Then build the named stand-in (e.g. verl-cpu-shims) on top of the "
+              "result, tagged TAG-NAME and labelled io.rlbox.standin; the release's own image stays without it.")
 @click.option("--dry-run", is_flag=True, help="Print the exact build command and do nothing.")
 def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror, hf_endpoint, ca_bundle, network, no_cache, push,
-              push_by_digest, no_load, cache_from, cache_to, metadata_file, mirror, dry_run):
+              push_by_digest, no_load, cache_from, cache_to, metadata_file, mirror, standin, dry_run):
     """Build one variant of the matrix with BuildKit (docker buildx)."""
     m = matrix()
     p = build.prepare(
@@ -104,13 +106,24 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
         load=not no_load, cache_from=cache_from, cache_to=cache_to, metadata_file=metadata_file, network=network,
         no_cache=no_cache,
     )
+    extra = None
+    if standin:
+        if not p.tags or push or push_by_digest or no_load:
+            raise RlboxError("--standin builds on the loaded image: not with --push, --push-by-digest or --no-load")
+        extra = standins.plan(m.get(ref), standin, p.tags[0])
     if dry_run:
         click.echo(p.describe())
+        if extra:
+            click.echo(extra.describe())
         return
     err.print(f"rlbox: building {ref} -> {p.describe_output()}")
     err.print(f"$ {p.command()}", markup=False)
     build.execute(p)
     err.print(f"rlbox: built {ref} -> {p.describe_output()}")
+    if extra:
+        standins.execute(extra)
+        err.print(f"rlbox: built {standins.describe_labels({standins.LABEL: extra.name, standins.LABEL_SUMMARY: standins.get(extra.name).summary})} "
+                  f"-> {extra.tag} (not part of {ref})", markup=False, highlight=False)
 
 
 @click.command("fetch-sources")

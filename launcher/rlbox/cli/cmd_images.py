@@ -11,7 +11,7 @@ from rich.table import Table
 
 from rlbox.cli.common import INSECURE, REGISTRY, matrix, matrix_if_any, out, checked_image
 from rlbox.image import diff as diff_mod
-from rlbox.image import provenance, transfer
+from rlbox.image import provenance, standins, transfer
 from rlbox.registry.client import Registry
 
 
@@ -81,6 +81,10 @@ def inspect_cmd(image: str, as_json: bool, packages: bool):
     ):
         out.print(f"  {key:11} {man.get(key) or labels.get(label, '-')}")
     out.print(f"  {'revision':11} {labels.get('org.opencontainers.image.revision', '-')}")
+    standin = standins.describe_labels(labels)
+    if standin:
+        out.print(f"  {'stand-in':11} {standin.removeprefix('stand-in: ')}, on {labels.get('io.rlbox.standin.base', '-')}; "
+                  "not part of the release", markup=False, highlight=False)
     table = Table("COMPONENT", "PIN", "PATCHES", box=None)
     comps = man.get("components") or {
         k.removeprefix("io.rlbox.component."): {"pin": v} for k, v in labels.items() if k.startswith("io.rlbox.component.")

@@ -18,6 +18,7 @@ from rlbox.cluster import sim as sim_hosts
 from rlbox.cluster.preflight import checks, doctor
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
+from rlbox.image import standins
 from rlbox.training import triage
 
 
@@ -126,6 +127,9 @@ def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_fil
         sys.stdout.write(text)
         sys.stdout.flush()
 
+    standin = _standin_of(plan.image)
+    if standin:
+        err.print(f"rlbox: {standin}", markup=False, highlight=False)
     before = checks.checks_before_start(plan, verl_version=verl_version, verl_config=verl_config,
                                         run_validate=not no_validate, run_doctor=not no_doctor, replace=replace,
                                         echo=echo, warn=lambda line: err.print(f"rlbox: {line}", markup=False))
@@ -145,6 +149,16 @@ def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_fil
     if outcome.exit_code:
         raise RlboxError(f"job of run '{name}' {outcome.ended or f'{outcome.status} with exit code {outcome.exit_code}'}; "
                          f"log: {outcome.log_path}", exit_code=outcome.exit_code)
+
+
+def _standin_of(image: str) -> str | None:
+    """'stand-in: ...' when the image (on the local engine, as --sim uses) carries a named stand-in
+    (rlbox build --standin), so a run on it is never mistaken for one on the release."""
+    try:
+        labels = engine.local_client().images.get(image).labels or {}
+    except Exception:  # noqa: BLE001 - not on this engine (remote hosts) or no engine: nothing to say
+        return None
+    return standins.describe_labels(labels)
 
 
 @click.command("validate")

@@ -61,6 +61,14 @@ def host_arch_variant() -> str:
     return "arm64" if _platform.machine() in ("aarch64", "arm64") else "amd64"
 
 
+def _devices_asked(req: RunRequest, recipe: recipes.Recipe | None) -> int | tuple[int, ...] | None:
+    """--devices (a count or ids), else the recipe's NPUs per node, else None (the hardware's)."""
+    asked = sharing.parse_devices(req.devices) if isinstance(req.devices, str) else req.devices
+    if isinstance(asked, int) and asked <= 0:
+        raise RlboxError("--devices must be positive")
+    return asked if asked is not None else (recipe.devices if recipe else None)
+
+
 def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     """The plan for a run and its run directory. Raises RlboxError on any inconsistency."""
     recipe = _recipe_for(req)
@@ -99,9 +107,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     image, from_matrix, hardware, profile = _image_and_hardware(req, m, recipe, spec.image, spec.hardware)
 
     # -- devices --------------------------------------------------------------------------
-    asked = sharing.parse_devices(req.devices) if isinstance(req.devices, str) else req.devices
-    if isinstance(asked, int) and asked <= 0:
-        raise RlboxError("--devices must be positive")
+    asked = _devices_asked(req, recipe)
     if asked is not None:
         devices = {h.name: asked for h in spec.hosts}
     elif req.sim:
@@ -173,7 +179,7 @@ def _image_and_hardware(req: RunRequest, m: matrix.Matrix, recipe: recipes.Recip
         if not image_ref:
             raise RlboxError("--image: give RELEASE:VARIANT (see `rlbox images list`) or a full image reference")
         image, variant = m.image_for(image_ref)
-        if variant:
+        if variant and not (hardware and variant.hardware_name == "sim"):  # a sim image simulates any profile
             if hardware and hardware != variant.hardware_name:
                 raise RlboxError(f"--hardware {hardware} disagrees with image {image_ref}, built for {variant.hardware_name}")
             hardware = variant.hardware_name
@@ -282,9 +288,7 @@ def prepare_kuberay(req: RunRequest, profile_file: Path | None, *, scheduler: st
     m = matrix.load(find_root())
     image, from_matrix, hardware, hw = _image_and_hardware(req, m, recipe, None, "auto")
     per_node = profile.npus_per_node or hw.npus_per_node
-    asked = sharing.parse_devices(req.devices) if isinstance(req.devices, str) else req.devices
-    if isinstance(asked, int) and asked <= 0:
-        raise RlboxError("--devices must be positive")
+    asked = _devices_asked(req, recipe)
     ids = tuple(range(asked)) if isinstance(asked, int) else (asked or tuple(range(per_node)))
     if max(ids) >= per_node:
         what = f"{len(ids)} NPUs" if isinstance(asked, int) else f"NPU {max(ids)}"

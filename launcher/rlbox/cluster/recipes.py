@@ -40,6 +40,7 @@ class Recipe(BaseModel):
     hardware: str
     nodes: int = Field(gt=0)
     max_restarts: int = Field(default=0, ge=0)  # `rlbox run --max-restarts` unless given
+    devices: int | None = Field(default=None, gt=0)  # NPUs per node it is sized for (`--devices` unless given)
     entrypoint: list[str] = Field(min_length=1)
     working_dir: str | None = None
     params: dict[str, Param] = Field(default_factory=dict)

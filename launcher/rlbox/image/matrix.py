@@ -298,6 +298,11 @@ class Matrix:
         for v in self.variants:
             if v.release.release == release and v.hardware_name == hardware:
                 return v
+        # A release built only for simulated nodes (hardware `sim`, e.g. verl_cpu) stands for any
+        # profile: its first variant (amd64 before arm64 in the manifest).
+        sims = [v for v in self.variants if v.release.release == release]
+        if sims and all(v.hardware_name == "sim" for v in sims):
+            return sims[0]
         raise RlboxError(f"release {release} has no variant for hardware '{hardware}'")
 
 
