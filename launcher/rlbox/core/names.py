@@ -14,6 +14,9 @@ dns
 file
     A name that only becomes a file or folder (releases, variants, components, jobs): letters,
     digits, ``_ . -``, starting with a letter or digit (never ``.``, ``..`` or ``-x``), at most 128.
+artifact
+    A downloaded file's name (a wheel or sdist of a lock): as ``file``, and ``+`` for a local
+    version (``torch-2.13.0+cpu-cp311-...whl``), at most 255.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ RULES = {
             "at most 63"),
     "file": (re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"),
              "letters, digits, '_', '.' and '-', starting with a letter or digit, at most 128"),
+    "artifact": (re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}"),
+                 "letters, digits, '_', '.', '+' and '-', starting with a letter or digit, at most 255"),
 }
 
 
@@ -71,3 +76,4 @@ def inside(root: Path, *parts: str | Path, what: str = "path") -> Path:
 # The rule as field types of the schemas that read names back from files.
 RunName = Annotated[str, AfterValidator(lambda v: check_value(v, "run"))]
 FileName = Annotated[str, AfterValidator(lambda v: check_value(v, "file"))]
+ArtifactName = Annotated[str, AfterValidator(lambda v: check_value(v, "artifact"))]

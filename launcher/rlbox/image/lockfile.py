@@ -58,7 +58,7 @@ class _Rec(Strict):
 class Standin(_Rec):
     for_: Text = Field(alias="for")
     used: Text
-    file: names.FileName
+    file: names.ArtifactName
     url: Url
     sha256: Sha256
     why: Text
@@ -79,7 +79,7 @@ class GitLock(_Rec):
 
 class PipFile(_Rec):
     version: str
-    file: names.FileName
+    file: names.ArtifactName
     url: Url
     sha256: Sha256
     size: int | None = Field(None, ge=0)
