@@ -16,6 +16,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rlbox.core.errors import RlboxError, last_line
 from rlbox.image.matrix import ResolvedVariant
@@ -60,6 +61,11 @@ class StandinPlan:
 
     def command(self) -> list[str]:
         return ["docker", "build", "--tag", self.tag, "--file", "-", str(self.context)]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (every plan keeps rlbox.core.plan.Plan)."""
+        return {"name": self.name, "base": self.base, "tag": self.tag, "dockerfile": self.dockerfile,
+                "context": str(self.context), "command": self.command()}
 
 
 def get(name: str) -> Standin:
