@@ -7,9 +7,8 @@ import json
 import sys
 
 import click
-from rich.table import Table
 
-from rlbox.cli.common import NAME, RUNS_DIR, out
+from rlbox.cli.common import NAME, RUNS_DIR, out, table_of
 from rlbox.cluster import state as run_state
 from rlbox.cluster.execute import remove_run
 from rlbox.cluster.hosts import connect, connect_all
@@ -44,7 +43,7 @@ def status_cmd(name, runs_dir, as_json):
         click.echo(json.dumps({"run": name, "phase": state.phase_name, "nodes": rows, "job": job,
                                "lost": state.lost, "restarts": list(state.restarts or ())}, indent=2))
         return
-    table = Table("NODE", "HOST", "ROLE", "NPUS", "CONTAINER", "STATE", box=None)
+    table = table_of("NODE", "HOST", "ROLE", "NPUS", "CONTAINER", "STATE")
     for r in rows:
         table.add_row(str(r["node"]), r["host"], r["role"], str(r["npus"]), r["container"], r["state"])
     out.print(f"run {name} ({state.run_id}): {state.phase_name}, image {state.image}")
@@ -101,5 +100,3 @@ def stop_cmd(name, runs_dir):
     state.advance(Phase.REMOVED).save(run_state.state_path(runs_dir, name))
     click.echo(f"run {name}: removed {removed} container(s) on {len(nodes)} node(s)")
 
-
-COMMANDS = (status_cmd, logs_cmd, stop_cmd)
