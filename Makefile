@@ -90,4 +90,4 @@ bench-quick: sim-image
 	set -e; for b in bench/*.py; do echo "== $$b --quick"; $(PYTHON) $$b --quick; done
 
 docs: setup
-	$(PYTHON) -m mkdocs build --strict --site-dir build/site
+	$(VENV) export NO_MKDOCS_2_WARNING=1; "$(CURDIR)/.venv/bin/python" -m mkdocs build --strict --site-dir build/site

@@ -14,12 +14,17 @@ engine, pre-flight checks as `rlbox run` does them, stand-in files, network, con
 readiness). Teardown is not
 counted for anyone. Prints the times and the ratios rlbox/(a) and rlbox/(b).
 Needs the engine and the sim image (make rehearsal builds it).
+
+--quick (CI: proves the bench runs): 1 node only. RLBOX_BENCH_PREFIX names its runs and
+containers (default rlbox-bench).
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
+import os
 import re
 import subprocess
 import sys
@@ -31,11 +36,12 @@ from pathlib import Path
 import requests
 
 from rlbox.cluster import launch
+from rlbox.core.errors import RlboxError
 from rlbox.cluster.preflight import checks
 from rlbox.cluster import execute as run
-from rlbox.cluster.plan import SimNetwork
 
 NPUS = 16
+PREFIX = os.environ.get("RLBOX_BENCH_PREFIX", "rlbox-bench")
 
 
 def docker(*args: str, check: bool = True) -> str:
@@ -60,14 +66,24 @@ def rlbox_bringup(nodes: int, runs: Path) -> float:
         if line.startswith("cluster ready"):
             ready_at.append(time.perf_counter())
 
-    plan, run_dir = launch.prepare(launch.RunRequest(sim=True, nodes=nodes, hardware="a3", name=f"bench{nodes}", runs_dir=runs))
+    plan, run_dir = launch.prepare(launch.RunRequest(sim=True, nodes=nodes, hardware="a3", name=f"{PREFIX}{nodes}", runs_dir=runs))
     run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True, bring_up_only=True,
                 before=checks.checks_before_start(plan, replace=True, echo=echo))
     return ready_at[0] - start
 
 
-def _net(prefix: str, third: int) -> SimNetwork:
-    net = SimNetwork(prefix, f"172.30.{third}.0/24")
+class _Net:
+    """The baselines' own network, with fixed addresses (SimNetwork's come from the engine)."""
+
+    def __init__(self, subnet: str):
+        self.subnet = subnet
+
+    def address(self, index: int) -> str:
+        return str(ipaddress.ip_network(self.subnet).network_address + 10 + index)
+
+
+def _net(prefix: str, third: int) -> _Net:
+    net = _Net(f"172.30.{third}.0/24")
     docker("network", "create", "--subnet", net.subnet, prefix)
     return net
 
@@ -77,7 +93,7 @@ RAY_PORTS = ["--port=6766", "--dashboard-port=8260"]
 
 def seed_script(nodes: int, image: str) -> float:
     """(a) one node after another; the head polls `ray status` every 5 s (seed 001 §4.5)."""
-    prefix = "rlbox-bench-seed"
+    prefix = f"{PREFIX}-seed"
     cleanup(prefix)
     start = time.perf_counter()
     net = _net(prefix, 251)
@@ -116,7 +132,7 @@ def seed_script(nodes: int, image: str) -> float:
 
 def parallel_bare(nodes: int, image: str) -> float:
     """(b) every node's bare `ray start --block` at once; REST readiness polled every 0.1 s."""
-    prefix = "rlbox-bench-bare"
+    prefix = f"{PREFIX}-bare"
     cleanup(prefix)
     start = time.perf_counter()
     net = _net(prefix, 252)
@@ -157,14 +173,20 @@ def parallel_bare(nodes: int, image: str) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--quick", action="store_true", help="1 node only (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.nodes = [1]
     image = f"localhost/rlbox/sim:{launch.host_arch_variant()}"
     if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
         raise SystemExit(f"bench: {image} missing; run `make rehearsal` (or rlbox build rlbox_sim:{launch.host_arch_variant()})")
     runs = Path(tempfile.mkdtemp(prefix="rlbox-bench-runs-"))
     results = []
     for n in args.nodes:
-        r = rlbox_bringup(n, runs)
+        try:
+            r = rlbox_bringup(n, runs)
+        except RlboxError as e:  # e.g. pre-flight: another run holds the simulated NPUs
+            raise SystemExit(f"bench: rlbox run --sim --nodes {n}: {e}") from None
         a = seed_script(n, image)
         b = parallel_bare(n, image)
         results.append({"nodes": n, "rlbox_s": round(r, 2), "seed_script_s": round(a, 2), "parallel_bare_s": round(b, 2)})

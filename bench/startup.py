@@ -3,7 +3,8 @@
 
 Each case is a whole process (`python -m rlbox.cli ...`), timed REPS times after one warm-up;
 the median is reported with its ratio to the baseline `python -c 'import click'`, measured
-the same way in the same run (the floor of any click program). The goal (issue 21): `rlbox
+the same way in the same run (the floor of any click program). Wall-clock and CPU time (user +
+system of the process) are both printed: on a shared machine the CPU time is the steadier. The goal (issue 21): `rlbox
 --help` and the quick commands start in under 0.5 s; the ratio says how far from the floor.
 
   --help            the root help: lists every command from cli/main.py's table, imports none
@@ -18,6 +19,7 @@ the same way in the same run (the floor of any click program). The goal (issue 2
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,18 +35,23 @@ CASES = (
 )
 
 
-def median_time(argv: list[str], codes: tuple[int, ...], reps: int, warm: bool) -> float:
-    def once() -> float:
+def median_time(argv: list[str], codes: tuple[int, ...], reps: int, warm: bool) -> tuple[float, float]:
+    """Median wall-clock and median CPU seconds (user + system, the child's own) of ``argv``. On a
+    shared, busy machine the CPU time is the steadier of the two."""
+    def once() -> tuple[float, float]:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(argv, capture_output=True, text=True)
         elapsed = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode not in codes:
             raise SystemExit(f"bench: {' '.join(argv[1:])} exited {proc.returncode}: {proc.stderr[-500:]}")
-        return elapsed
+        return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
     if warm:
         once()
-    return statistics.median(once() for _ in range(reps))
+    runs = [once() for _ in range(reps)]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
 def main() -> int:
@@ -55,12 +62,13 @@ def main() -> int:
     reps, warm = (1, False) if args.quick else (args.reps, True)
     runs = tempfile.mkdtemp(prefix="rlbox-bench-startup-")
 
-    base = median_time([sys.executable, "-c", "import click"], (0,), reps, warm)
-    print(f"baseline  python -c 'import click'   {base:5.3f} s")
+    base, base_cpu = median_time([sys.executable, "-c", "import click"], (0,), reps, warm)
+    print(f"baseline  python -c 'import click'   {base:5.3f} s wall, {base_cpu:5.3f} s CPU")
     for label, cli_args, codes in CASES:
         argv = [sys.executable, "-m", "rlbox.cli", *[a.format(runs=runs) for a in cli_args]]
-        t = median_time(argv, codes, reps, warm)
-        print(f"rlbox {label:22} {t:5.3f} s | ratio {t / base:4.1f} x import click")
+        t, cpu = median_time(argv, codes, reps, warm)
+        print(f"rlbox {label:22} {t:5.3f} s wall, {cpu:5.3f} s CPU | ratio {t / base:4.1f} x import click (wall), "
+              f"{cpu / base_cpu:4.1f} x (CPU)")
     return 0
 
 
