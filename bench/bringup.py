@@ -16,7 +16,8 @@ counted for anyone. Prints the times and the ratios rlbox/(a) and rlbox/(b).
 Needs the engine and the sim image (make rehearsal builds it).
 
 --quick (CI: proves the bench runs): 1 node only. RLBOX_BENCH_PREFIX names its runs and
-containers (default rlbox-bench).
+containers (default rlbox-bench); RLBOX_BENCH_DEVICES (e.g. 8-15) gives
+rlbox's runs `--devices`, to share the engine with other runs.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def rlbox_bringup(nodes: int, runs: Path) -> float:
         if line.startswith("cluster ready"):
             ready_at.append(time.perf_counter())
 
-    plan, run_dir = launch.prepare(launch.RunRequest(sim=True, nodes=nodes, hardware="a3", name=f"{PREFIX}{nodes}", runs_dir=runs))
+    plan, run_dir = launch.prepare(launch.RunRequest(sim=True, nodes=nodes, hardware="a3", name=f"{PREFIX}{nodes}", runs_dir=runs,
+                                                        devices=os.environ.get("RLBOX_BENCH_DEVICES") or None))
     run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True, bring_up_only=True,
                 before=checks.checks_before_start(plan, replace=True, echo=echo))
     return ready_at[0] - start

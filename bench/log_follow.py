@@ -10,7 +10,8 @@ peak RSS. Goals: fetched <= 1.1 x the log, follower's memory < 150 MB.
 
     python3 bench/log_follow.py [SIZE_MB] [--quick]
 
---quick (CI: proves the bench runs): a 1 MB log. RLBOX_BENCH_PREFIX names the run (default h12).
+--quick (CI: proves the bench runs): a 1 MB log. RLBOX_BENCH_PREFIX names the run (default h12);
+RLBOX_BENCH_DEVICES (e.g. 8-15) gives the run `--devices`, to share the engine with other runs.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+DEVICES = ["--devices", os.environ["RLBOX_BENCH_DEVICES"]] if os.environ.get("RLBOX_BENCH_DEVICES") else []
 CHILD = r"""
 import json, resource, sys
 from rlbox.cluster import jobs
@@ -59,7 +61,7 @@ def main() -> int:
     job = f"import sys\nline = 'x' * 99 + '\\n'\nfor i in range({size} * 10486):\n    sys.stdout.write(line)\n"
     env = dict(os.environ, PYTHONPATH=str(REPO / "launcher"))
     up = subprocess.run([sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", "1", "--name", name,
-                         "--runs-dir", str(runs), "--no-doctor", "--detach", "--", "python3", "-c", job],
+                         "--runs-dir", str(runs), "--no-doctor", "--detach", *DEVICES, "--", "python3", "-c", job],
                         cwd=REPO, env=env, capture_output=True, text=True)
     if up.returncode:
         raise SystemExit(up.stderr[-2000:])

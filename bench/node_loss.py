@@ -10,7 +10,8 @@ seconds to rlbox's "was lost" line (goal < 5 s), to its second "cluster ready" l
 baseline, and the ratio. Needs the engine and the sim image (make rehearsal builds it).
 
 --quick (CI: proves the bench runs): the same (it is already one run of the smallest cluster that
-can lose a worker). RLBOX_BENCH_PREFIX names the run (default h12).
+can lose a worker). RLBOX_BENCH_PREFIX names the run (default h12); RLBOX_BENCH_DEVICES (e.g.
+8-15) gives it `--devices`, to share the engine with other runs.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import docker
 import requests
 
 REPO = Path(__file__).resolve().parent.parent
+DEVICES = ["--devices", os.environ["RLBOX_BENCH_DEVICES"]] if os.environ.get("RLBOX_BENCH_DEVICES") else []
 
 
 def main() -> int:
@@ -43,7 +45,7 @@ def main() -> int:
     shutil.copy(REPO / "tests/fixtures/launcher/steps_job.py", shared)
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", "2", "--name", name, "--runs-dir", str(runs),
-         "--mount", f"{shared}:/shared", "--no-doctor", "--max-restarts", "1", "--",
+         "--mount", f"{shared}:/shared", "--no-doctor", "--max-restarts", "1", *DEVICES, "--",
          "python3", "/shared/steps_job.py", "12", "1", "/shared/ckpt.json"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[tuple[float, str]] = []
