@@ -5,6 +5,7 @@ without crashing, so a bench broken by a change fails CI rather than the next pe
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +31,15 @@ def test_bench_runs_in_quick_mode(script, sim_image):
     # runs and containers named t-benchq... (RLBOX_BENCH_PREFIX, if set, names them instead)
     env = dict(os.environ, PYTHONPATH=str(REPO / "launcher"))
     env.setdefault("RLBOX_BENCH_PREFIX", "t-benchq")
-    proc = subprocess.run([sys.executable, f"bench/{script}", "--quick"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, \
-        f"bench/{script} --quick exited {proc.returncode}:\n{proc.stdout[-1500:]}\n{proc.stderr[-3000:]}"
-    assert proc.stdout.strip(), f"bench/{script} --quick printed no result"
+    # its own process group: on a timeout the bench's children (git daemon, buildx, rlbox) go too
+    proc = subprocess.Popen([sys.executable, f"bench/{script}", "--quick"], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+        pytest.fail(f"bench/{script} --quick took over 900 s:\n{stdout[-1500:]}\n{stderr[-3000:]}")
+    assert proc.returncode == 0 and "Traceback" not in stderr, \
+        f"bench/{script} --quick exited {proc.returncode}:\n{stdout[-1500:]}\n{stderr[-3000:]}"
+    assert stdout.strip(), f"bench/{script} --quick printed no result"
