@@ -11,20 +11,29 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: cpu-image help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench rehearsal rehearsal-sim sim-image rehearse-image
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick docs rehearsal rehearsal-sim sim-image cpu-image rehearse-image arm64-emulation
 
+# `make help` lists every target, one a line (tests/test_make.py holds it to the rules below).
 help:
-	@echo "make rehearsal     the production path on a 4-host A3 testbed (namespaces, own engines and sshd; needs root): 64 NPUs, smoke job, teardown"
-	@echo "make rehearsal-sim the same on 4 simulated nodes (containers on this engine): where namespaces are not available"
-	@echo "make test          the whole test suite (engine tests included)"
-	@echo "make setup         provision Docker engine + buildx + sshd, install rlbox into .venv (both above run it)"
-	@echo "make lint          hadolint over every rendered Dockerfile + render --check + lock --check"
-	@echo "make dockerfiles   re-render dockerfiles/ from images/, templates/, patches/"
-	@echo "make image REF=RELEASE:VARIANT    build one variant of the matrix (BUILD_FLAGS=... rlbox build options; CI uses it)"
-	@echo "make image-a2|image-a3|image-ax   build $(FLAGSHIP) for that hardware (BUILD_FLAGS=...)"
+	@echo "make help               this list"
+	@echo "make rehearsal          the production path on a 4-host A3 testbed (namespaces, own engines and sshd; root): image delivered, 64 NPUs, smoke job, teardown"
+	@echo "make rehearsal-sim      the same on 4 simulated nodes (containers on this engine): where namespaces are not available"
+	@echo "make test               the whole test suite (engine tests included; what CI runs: .ci/run)"
+	@echo "make setup              provision Docker engine + buildx + sshd, install rlbox into .venv (every target below runs it)"
+	@echo "make lint               hadolint over every rendered Dockerfile + render --check + lock --check"
+	@echo "make dockerfiles        re-render dockerfiles/ from images/, templates/, patches/"
+	@echo "make check-dockerfiles  render --check + lock --check (without hadolint)"
+	@echo "make docs               build the manual (docs/, mkdocs.yml) strictly into build/site"
+	@echo "make image REF=RELEASE:VARIANT   build one variant of the matrix (BUILD_FLAGS=... rlbox build options; CI uses it)"
+	@echo "make image-a2           build $(FLAGSHIP):a2-arm (BUILD_FLAGS=...)"
+	@echo "make image-a3           build $(FLAGSHIP):a3-arm (BUILD_FLAGS=...)"
+	@echo "make image-ax           build $(FLAGSHIP):ax-x86 (BUILD_FLAGS=...)"
+	@echo "make sim-image          the local Debian base + the simulation image rlbox_sim (make rehearsal uses it)"
+	@echo "make cpu-image          the CPU training image: verl_cpu:amd64 + the verl-cpu-shims stand-in (docs/cpu-training.md)"
 	@echo "make rehearse-image REF=RELEASE:VARIANT [MIRRORS=DIR]   real-content build on a CANN stand-in base + checks"
-	@echo "make cpu-image     the CPU training image: verl_cpu:amd64 + the verl-cpu-shims stand-in (docs/cpu-training.md)"
-	@echo "make bench         benchmarks under bench/ (image rebuild, cluster bring-up, pre-flight, node loss, log follow)"
+	@echo "make arm64-emulation    let this x86 machine build linux/arm64 (binfmt_misc, qemu-user-static, F flag); rehearse-image runs it for arm64"
+	@echo "make bench              benchmarks under bench/ at full size (image rebuild, start-up, bring-up, delivery, pre-flight, node loss, log follow, verl overhead)"
+	@echo "make bench-quick        every bench/*.py --quick: smallest size, one repetition (tests/test_bench_quick.py in CI)"
 
 setup:
 	bash .ci/provision
@@ -36,20 +45,31 @@ sim-image: setup
 	bash tools/make-base-image.sh
 	$(RLBOX) build rlbox_sim:$(SIM_VARIANT) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
-# A real-content rehearsal of one variant (rlbox rehearse): MIRRORS=DIR fills the source cache's git
-# sources from local full clones first (DIR/<owner>+<name>/repo), for machines without GitHub.
-MIRRORS ?=
-rehearse-image: setup
-	@if [ -z "$(REF)" ]; then echo "make rehearse-image: give REF=RELEASE:VARIANT (see rlbox images list)" >&2; exit 2; fi
-	$(if $(MIRRORS),$(VENV) bash tools/sources-from-mirrors.sh $(MIRRORS))
-	$(RLBOX) rehearse $(REF) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
-
 # The CPU training image (docs/cpu-training.md): this machine's CPU torch wheel on the loopback index
 # images/verl_cpu.yaml names, then the release and the verl-cpu-shims stand-in on top.
 cpu-image: setup
 	bash tools/make-base-image.sh
 	$(VENV) "$(CURDIR)/.venv/bin/python" tools/torch-cpu-index.py 23461 -- "$(CURDIR)/.venv/bin/python" -m rlbox.cli \
 		build verl_cpu:amd64 --standin verl-cpu-shims --network host $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+# linux/arm64 builds on an x86_64 machine run under QEMU: binfmt_misc mounted, qemu-user-static and
+# binfmt-support installed, qemu-aarch64 registered with the F flag (BuildKit needs it). Idempotent; one
+# line saying why not where it cannot. Not part of `setup`: CI builds no arm64 image.
+arm64-emulation:
+	@bash tools/enable-arm64-emulation.sh
+
+# The platform of REF (linux/amd64, linux/arm64), read from the matrix.
+REF_PLATFORM = $(RLBOX) images list --json | RLBOX_REF="$(REF)" "$(CURDIR)/.venv/bin/python" -c 'import json, os, sys; \
+	print(next((r["platform"] for r in json.load(sys.stdin) if r["ref"] == os.environ["RLBOX_REF"]), ""))'
+
+# A real-content rehearsal of one variant (rlbox rehearse): MIRRORS=DIR fills the source cache's git
+# sources from local full clones first (DIR/<owner>+<name>/repo), for machines without GitHub.
+MIRRORS ?=
+rehearse-image: setup
+	@if [ -z "$(REF)" ]; then echo "make rehearse-image: give REF=RELEASE:VARIANT (see rlbox images list)" >&2; exit 2; fi
+	@if [ "$$($(REF_PLATFORM))" = linux/arm64 ]; then $(MAKE) --no-print-directory arm64-emulation; fi
+	$(if $(MIRRORS),$(VENV) bash tools/sources-from-mirrors.sh $(MIRRORS))
+	$(RLBOX) rehearse $(REF) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
 # The production path (`rlbox run --cluster`) on a 4-host A3 testbed (tools/rehearsal.py); it says in
 # one line when namespaces are not available here, and rehearsal-sim is the simulation instead.
@@ -62,15 +82,15 @@ rehearsal-sim: sim-image
 lint: check-dockerfiles
 	$(VENV) hadolint dockerfiles/*/*/Dockerfile
 
-dockerfiles:
+dockerfiles: setup
 	$(RLBOX) render
 
-check-dockerfiles:
+check-dockerfiles: setup
 	$(RLBOX) render --check
 	$(RLBOX) lock --check
 
 # One variant of the matrix: what a developer and the CI workflow (.github/workflows/images.yml) run.
-image:
+image: setup
 	@if [ -z "$(REF)" ]; then echo "make image: give REF=RELEASE:VARIANT (see rlbox images list)" >&2; exit 2; fi
 	$(RLBOX) build $(REF) $(BUILD_FLAGS)
 
@@ -85,7 +105,17 @@ image-ax:
 
 bench: sim-image
 	$(PYTHON) bench/build_cache.py
+	$(PYTHON) bench/startup.py
 	$(PYTHON) bench/bringup.py
+	$(PYTHON) bench/distribute.py
 	$(PYTHON) bench/preflight.py
 	$(PYTHON) bench/node_loss.py
 	$(PYTHON) bench/log_follow.py
+	$(PYTHON) bench/verl_overhead.py
+
+# Each bench at its smallest size, one repetition: proves it runs (CI: tests/test_bench_quick.py).
+bench-quick: sim-image
+	set -e; for b in bench/*.py; do echo "== $$b --quick"; $(PYTHON) $$b --quick; done
+
+docs: setup
+	$(VENV) export NO_MKDOCS_2_WARNING=1; "$(CURDIR)/.venv/bin/python" -m mkdocs build --strict --site-dir build/site

@@ -6,6 +6,9 @@
     python3 bench/image_rehearsal.py cold [REF]           the same, plus a cold build (--no-cache) as the baseline
     python3 bench/image_rehearsal.py size [REF...]        image size of each rehearsal image
 
+    python3 bench/image_rehearsal.py --quick              `lock` of the smallest variant, rlbox_sim:amd64 (CI: proves
+                                                          the bench runs; PyPI only, no source cache needed)
+
 REF defaults to verl_pt27_25rc3:ax-x86. `rebuild`/`cold` need the rehearsal's source cache and
 stand-in base (`make rehearse-image REF=...` once). The verl patch is edited in place (a comment
 line appended to its header) and restored, then re-rendered, whatever happens.
@@ -115,9 +118,13 @@ def bench_size(refs: list[str]) -> None:
         print(f"{tag}: {size / 1e9:.2f} GB (base {base}: {bsize / 1e9:.2f} GB; the image adds {(size - bsize) / 1e9:.2f} GB)")
 
 
+QUICK = "rlbox_sim:amd64"
+
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:] or ["lock"]
-    if mode == "lock":
+    if mode == "--quick":
+        bench_lock([QUICK])
+    elif mode == "lock":
         bench_lock(rest)
     elif mode in ("rebuild", "cold"):
         bench_rebuild(rest[0] if rest else DEFAULT, cold=mode == "cold")

@@ -8,11 +8,15 @@ Baselines measured in the same run: the log's own size, and one child that only 
 whole log once (`GET /api/jobs/{id}/logs`, what the old follower did on every poll) with its
 peak RSS. Goals: fetched <= 1.1 x the log, follower's memory < 150 MB.
 
-    python3 bench/log_follow.py [SIZE_MB]
+    python3 bench/log_follow.py [SIZE_MB] [--quick]
+
+--quick (CI: proves the bench runs): a 1 MB log. RLBOX_BENCH_PREFIX names the run (default h12);
+RLBOX_BENCH_DEVICES (e.g. 8-15) gives the run `--devices`, to share the engine with other runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -21,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+DEVICES = ["--devices", os.environ["RLBOX_BENCH_DEVICES"]] if os.environ.get("RLBOX_BENCH_DEVICES") else []
 CHILD = r"""
 import json, resource, sys
 from rlbox.cluster import jobs
@@ -45,13 +50,18 @@ def child(mode, base, sid, out):
 
 
 def main() -> int:
-    size = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("size", nargs="?", type=int, default=200, help="log size in MB (default 200)")
+    parser.add_argument("--quick", action="store_true", help="a 1 MB log (CI)")
+    args = parser.parse_args()
+    size = 1 if args.quick else args.size
     work = Path(tempfile.mkdtemp(prefix="rlbox-bench-log-"))
-    runs, name = work / "runs", "h12-bench-log"
+    runs = work / "runs"
+    name = os.environ.get("RLBOX_BENCH_PREFIX", "h12") + "-bench-log"
     job = f"import sys\nline = 'x' * 99 + '\\n'\nfor i in range({size} * 10486):\n    sys.stdout.write(line)\n"
     env = dict(os.environ, PYTHONPATH=str(REPO / "launcher"))
     up = subprocess.run([sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", "1", "--name", name,
-                         "--runs-dir", str(runs), "--no-doctor", "--detach", "--", "python3", "-c", job],
+                         "--runs-dir", str(runs), "--no-doctor", "--detach", *DEVICES, "--", "python3", "-c", job],
                         cwd=REPO, env=env, capture_output=True, text=True)
     if up.returncode:
         raise SystemExit(up.stderr[-2000:])

@@ -8,11 +8,17 @@ the time until the head's node table (`/api/v0/nodes`, polled every 0.2 s by thi
 the worker DEAD, which is what a launcher that only watched Ray would wait for. Prints the
 seconds to rlbox's "was lost" line (goal < 5 s), to its second "cluster ready" line, the
 baseline, and the ratio. Needs the engine and the sim image (make rehearsal builds it).
+
+--quick (CI: proves the bench runs): the same (it is already one run of the smallest cluster that
+can lose a worker). RLBOX_BENCH_PREFIX names the run (default h12); RLBOX_BENCH_DEVICES (e.g.
+8-15) gives it `--devices`, to share the engine with other runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,16 +31,21 @@ import docker
 import requests
 
 REPO = Path(__file__).resolve().parent.parent
+DEVICES = ["--devices", os.environ["RLBOX_BENCH_DEVICES"]] if os.environ.get("RLBOX_BENCH_DEVICES") else []
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the same single run (CI)")
+    parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rlbox-bench-loss-"))
-    shared, runs, name = work / "shared", work / "runs", "h12-bench-loss"
+    shared, runs = work / "shared", work / "runs"
+    name = os.environ.get("RLBOX_BENCH_PREFIX", "h12") + "-bench-loss"
     shared.mkdir()
     shutil.copy(REPO / "tests/fixtures/launcher/steps_job.py", shared)
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", "2", "--name", name, "--runs-dir", str(runs),
-         "--mount", f"{shared}:/shared", "--no-doctor", "--max-restarts", "1", "--",
+         "--mount", f"{shared}:/shared", "--no-doctor", "--max-restarts", "1", *DEVICES, "--",
          "python3", "/shared/steps_job.py", "12", "1", "/shared/ckpt.json"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[tuple[float, str]] = []

@@ -155,5 +155,3 @@ def fetch_sources_cmd(ref, mirror, base_image, ca_bundle, wheels_only):
     click.echo(f"{mirrors.SOURCES_DIR}/: {len(got.git)} git sources, {got.wheels} wheels, {got.debs} OS packages for {ref}"
                + (f"; still missing: {', '.join(left)}" if left else "; ready for `rlbox build " + ref + " --mirror offline`"))
 
-
-COMMANDS = (render_cmd, lock_cmd, build_cmd, fetch_sources_cmd)

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.table import Table
 
-from rlbox.cli.common import RUNS_DIR, image_ref, note, out
+from rlbox.cli.common import RUNS_DIR, image_ref, note, out, table_of
 from rlbox.cluster import state as run_state
 from rlbox.core import engine
 from rlbox.training import datasets
@@ -23,7 +22,7 @@ def data():
 @data.command("list")
 def data_list():
     """List the datasets `rlbox data prepare` knows (launcher/rlbox/resources/datasets.yaml)."""
-    table = Table("DATASET", "FILES", "KIND", "DESCRIPTION", box=None)
+    table = table_of("DATASET", "FILES", "KIND", "DESCRIPTION")
     for name, d in datasets.recipes().items():
         files = ", ".join(f.save for f in d.files) or "--spec FILE"
         table.add_row(name, files, d.transform or "download", d.description)
@@ -86,5 +85,3 @@ def merge_cmd(run, step, target, image, checkpoint_dir, runs_dir, dry_run):
     where = merge_mod.execute(p, echo=note, emit=lambda line: click.echo(line))
     note(f"merged step {step} of run {run} into {where}")
 
-
-COMMANDS = (data, merge_cmd)

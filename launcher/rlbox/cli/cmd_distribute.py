@@ -67,4 +67,3 @@ def distribute_cmd(image, hosts, cluster_file, source, via, no_pull, force, dry_
          f"{delivery.short(plan.image_id) if plan.image_id else ''}".rstrip())
 
 
-COMMANDS = (distribute_cmd,)

@@ -7,12 +7,8 @@ import json
 import sys
 
 import click
-from rich.table import Table
 
-from rlbox.cli.common import INSECURE, REGISTRY, matrix, matrix_if_any, out, checked_image
-from rlbox.image import diff as diff_mod
-from rlbox.image import provenance, standins, transfer
-from rlbox.registry.client import Registry
+from rlbox.cli.common import INSECURE, REGISTRY, matrix, matrix_if_any, out, checked_image, table_of
 
 
 @click.group()
@@ -28,7 +24,7 @@ def images_list(as_json: bool):
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table("RELEASE:VARIANT", "HW", "PLATFORM", "CANN", "PY", "IMAGE", box=None)
+    table = table_of("RELEASE:VARIANT", "HW", "PLATFORM", "CANN", "PY", "IMAGE")
     for r in rows:
         table.add_row(r["ref"], r["hardware"], r["platform"], r["cann"], r["python"], r["tag"])
     out.print(table)
@@ -45,12 +41,15 @@ def images_tags(repository: str, registry_host: str | None, insecure: bool, as_j
     REPOSITORY is HOST[:PORT]/PATH, or a release of the matrix (its image.registry and name).
     Credentials: RLBOX_REGISTRY_USER / RLBOX_REGISTRY_PASSWORD, else the Docker config.
     """
+    from rlbox.image import transfer
+    from rlbox.registry.client import Registry
+
     repo = transfer.repository_for(matrix_if_any(), repository, registry_host)
     rows = transfer.tag_rows(Registry(repo.registry, insecure=insecure), repo)
     if as_json:
         click.echo(json.dumps({"repository": repo.name, "tags": rows}, indent=2))
         return
-    table = Table("TAG", "DIGEST", "RELEASE:VARIANT", "HW", "PLATFORM", box=None)
+    table = table_of("TAG", "DIGEST", "RELEASE:VARIANT", "HW", "PLATFORM")
     for r in rows:
         ref = f"{r['release']}:{r['variant']}" if r["release"] else "-"
         table.add_row(r["tag"], r["digest"], ref, r["hardware"] or "-", r["platform"] or r["architecture"])
@@ -64,6 +63,8 @@ def images_tags(repository: str, registry_host: str | None, insecure: bool, as_j
 @click.option("--packages", is_flag=True, help="List every Python and OS package of the SBOM.")
 def inspect_cmd(image: str, as_json: bool, packages: bool):
     """Show what IMAGE holds: release, hardware, every pinned component and applied patch."""
+    from rlbox.image import provenance
+
     info = provenance.inspect(image)
     if as_json:
         click.echo(json.dumps(info, indent=2))
@@ -81,11 +82,13 @@ def inspect_cmd(image: str, as_json: bool, packages: bool):
     ):
         out.print(f"  {key:11} {man.get(key) or labels.get(label, '-')}")
     out.print(f"  {'revision':11} {labels.get('org.opencontainers.image.revision', '-')}")
+    from rlbox.image import standins
+
     standin = standins.describe_labels(labels)
     if standin:
         out.print(f"  {'stand-in':11} {standin.removeprefix('stand-in: ')}, on {labels.get('io.rlbox.standin.base', '-')}; "
                   "not part of the release", markup=False, highlight=False)
-    table = Table("COMPONENT", "PIN", "PATCHES", box=None)
+    table = table_of("COMPONENT", "PIN", "PATCHES")
     comps = man.get("components") or {
         k.removeprefix("io.rlbox.component."): {"pin": v} for k, v in labels.items() if k.startswith("io.rlbox.component.")
     }
@@ -104,7 +107,7 @@ def inspect_cmd(image: str, as_json: bool, packages: bool):
     out.print(f"  {'sbom':11} {len(sbom['python_packages'])} Python packages, "
               f"{len(sbom['os_packages'])} {sbom['os_package_manager']} packages ({provenance.SBOM_PATH}; --packages lists them)")
     if packages:
-        table = Table("KIND", "PACKAGE", "VERSION", "SOURCE", box=None)
+        table = table_of("KIND", "PACKAGE", "VERSION", "SOURCE")
         for p in sbom["python_packages"]:
             table.add_row("python", p["name"], p["version"], p.get("source") or p.get("location", ""))
         for p in sbom["os_packages"]:
@@ -123,6 +126,9 @@ def diff_cmd(image_a: str, image_b: str, as_json: bool):
     the local engine or, for a reference the engine does not have, from its registry.
     Exits 0 when identical, 1 when they differ.
     """
+    from rlbox.image import diff as diff_mod
+    from rlbox.image import provenance
+
     comparison = diff_mod.compare(provenance.record(image_a), provenance.record(image_b))
     if as_json:
         click.echo(json.dumps(comparison.as_dict(), indent=2))
@@ -131,5 +137,3 @@ def diff_cmd(image_a: str, image_b: str, as_json: bool):
             click.echo(line)
     sys.exit(0 if comparison.identical else 1)
 
-
-COMMANDS = (images, inspect_cmd, diff_cmd)

@@ -109,5 +109,3 @@ def export_cmd(k8s_profile, output, nodes, image, hardware, devices, mounts, nic
     for line in [f"wrote {output}", *plan.summary(), f"apply: kubectl apply -f {output}"]:
         err.print(f"rlbox: {line}", markup=False, highlight=False)
 
-
-COMMANDS = (k8s_group,)

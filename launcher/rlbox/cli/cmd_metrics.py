@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import click
-from rich.table import Table
 
-from rlbox.cli.common import RUNS_DIR, err, out
+from rlbox.cli.common import RUNS_DIR, err, out, table_of
 from rlbox.cluster import state as run_state
 from rlbox.cluster.hosts import connect_all
 from rlbox.cluster.state import Phase
@@ -63,7 +62,7 @@ def metrics_cmd(run, runs_dir, job, keys, csv_file, as_json, plot_file, explain)
         click.echo(metrics.to_json(m, chosen))
         return
     shown = chosen or list(metrics.WATCHED)
-    table = Table("STEP", *[k.upper() for k in shown], box=None)
+    table = table_of("STEP", *[k.upper() for k in shown])
     for s in m.steps:
         table.add_row(str(s), *[metrics.fmt(m.rows[s].get(k)) for k in shown])
     out.print(f"{log}: {len(m.rows)} step(s) ({m.steps[0]}..{m.steps[-1]}), {len(m.keys)} metrics", markup=False)
@@ -115,5 +114,3 @@ def triage_cmd(run, runs_dir, as_json):
     for line in triage.render(report):
         out.print(line, markup=False, highlight=False)
 
-
-COMMANDS = (metrics_cmd, triage_cmd)

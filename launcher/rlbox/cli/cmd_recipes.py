@@ -5,9 +5,8 @@ from __future__ import annotations
 import shlex
 
 import click
-from rich.table import Table
 
-from rlbox.cli.common import out
+from rlbox.cli.common import out, table_of
 from rlbox.cluster import recipes as recipes_mod
 from rlbox.core.config import parse_pairs
 
@@ -20,7 +19,7 @@ def recipes():
 @recipes.command("list")
 def recipes_list():
     """List the shipped recipes."""
-    table = Table("RECIPE", "HW", "NODES", "RELEASE", "DESCRIPTION", box=None)
+    table = table_of("RECIPE", "HW", "NODES", "RELEASE", "DESCRIPTION")
     for r in recipes_mod.all_recipes():
         table.add_row(r.name, r.hardware, str(r.nodes), r.release, r.description)
     out.print(table)
@@ -44,5 +43,3 @@ def recipes_show(name, params, sets):
         out.print(f"  note: {note}", markup=False)
     click.echo((f"cd {shlex.quote(r.working_dir)} && " if r.working_dir else "") + " \\\n    ".join(shlex.quote(a) for a in argv))
 
-
-COMMANDS = (recipes,)

@@ -82,5 +82,3 @@ def pull_cmd(ref, hardware, release, registry_host, force, mirror, insecure):
     note(f"pulled {pulled.local}{what}" + (f"; also tagged {pulled.also_tagged}" if pulled.also_tagged else ""))
     click.echo(pulled.reference)
 
-
-COMMANDS = (push_cmd, pull_cmd)

@@ -50,5 +50,3 @@ def rehearse_cmd(ref, ca_bundle, report, dry_run):
     if not result.ok:
         raise RlboxError(f"rehearsal of {ref} found problems (above; {path})", exit_code=1)
 
-
-COMMANDS = (rehearse_cmd,)

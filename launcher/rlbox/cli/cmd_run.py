@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from rlbox.cli import cmd_k8s
-from rlbox.cli.common import NAME, RUNS_DIR, SECONDS, err, out
+from rlbox.cli.common import NAME, RUNS_DIR, SECONDS, err, out, table_of
 from rlbox.cluster import execute, launch
 from rlbox.cluster import sim as sim_hosts
 from rlbox.cluster.preflight import checks, doctor
@@ -228,7 +227,7 @@ def doctor_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts
     if as_json:
         click.echo(json.dumps({"checks": doctor.as_json(found), "seconds": round(took, 3)}, indent=2))
     else:
-        table = Table("NODE", "CHECK", "", "DETAIL", "FIX", box=None)
+        table = table_of("NODE", "CHECK", "", "DETAIL", "FIX")
         for c in found:
             table.add_row(c.node, c.name, Text("✓", "green") if c.ok else Text("✗", "red"), c.detail, "" if c.ok else c.fix)
         out.print(table)
@@ -236,5 +235,3 @@ def doctor_cmd(hosts, cluster_file, nodes, sim, image, hardware, devices, mounts
     if not all(c.ok for c in found):
         raise RlboxError(f"{sum(not c.ok for c in found)} check(s) failed", exit_code=1)
 
-
-COMMANDS = (run_cmd, validate_cmd, doctor_cmd)

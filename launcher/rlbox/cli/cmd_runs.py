@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 import click
-from rich.table import Table
 
-from rlbox.cli.common import NAME, RUNS_DIR, err, out
+from rlbox.cli.common import NAME, RUNS_DIR, err, out, table_of
 from rlbox.cluster import state as run_state
 from rlbox.cluster import watch
 from rlbox.cluster.execute import NODE_LOST_EXIT, remove_run
@@ -75,7 +74,7 @@ def status_cmd(name, runs_dir, as_json):
                                "job": job, "lost": lost, "reason": state.reason,
                                "restarts": list(state.restarts or ())}, indent=2))
         return
-    table = Table("NODE", "HOST", "ROLE", "NPUS", "CONTAINER", "STATE", box=None)
+    table = table_of("NODE", "HOST", "ROLE", "NPUS", "CONTAINER", "STATE")
     for r in rows:
         table.add_row(str(r["node"]), r["host"], r["role"], str(r["npus"]), r["container"], r["state"])
     recorded = f" (its record says {state.phase_name})" if loss else ""
@@ -158,5 +157,3 @@ def stop_cmd(name, runs_dir):
         raise RlboxError(f"run {name}: its containers are removed, but {run_state.state_path(runs_dir, name)} "
                          f"could not be updated ({error.strerror or error})") from None
 
-
-COMMANDS = (status_cmd, logs_cmd, stop_cmd)

@@ -104,5 +104,3 @@ def eval_cmd(model, dataset, repeat, endpoint, name, max_seq_len, max_out_len, b
                 [res["dataset"], res["version"], res["metric"], res["mode"], f"{res['mean']:.2f}"]])
     note(f"mean of {repeat} run(s): {', '.join(f'{r.value:.2f}' for r in p.runs)}; saved {path}")
 
-
-COMMANDS = (serve_cmd, eval_cmd)

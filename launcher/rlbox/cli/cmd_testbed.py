@@ -94,4 +94,3 @@ def status_cmd(name, root, as_json):
         raise RlboxError(f"testbed {name}: a host is not fully up (see above)", exit_code=1)
 
 
-COMMANDS = (testbed_group,)

@@ -6,22 +6,42 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import click
-from rich.console import Console
 
 from rlbox.core import names
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import find_root
-from rlbox.image import matrix as matrix_mod
-from rlbox.image import mirrors
-from rlbox.registry.reference import Reference
 
-# User text (image names, hosts, labels, errors) is data: never rich markup (`[x]`) or emoji
-# codes (`:x:`), so neither console interprets either; styled output passes rich Text.
-out = Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
-if not out.is_terminal:  # piped: never truncate table cells
-    out = Console(highlight=False, soft_wrap=True, width=400, markup=False, emoji=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
+if TYPE_CHECKING:  # imported where used: `rlbox --help` and quick commands load neither
+    from rlbox.image import matrix as matrix_mod
+    from rlbox.image import mirrors
+
+
+class LazyConsole:
+    """A rich Console made on first use, so that importing a command module does not import rich.
+
+    User text (image names, hosts, labels, errors) is data: never rich markup (`[x]`) or emoji
+    codes (`:x:`), so neither console interprets either; styled output passes rich Text."""
+
+    def __init__(self, stderr: bool):
+        self.stderr = stderr
+        self.console = None
+
+    def __getattr__(self, name):
+        if self.console is None:
+            from rich.console import Console
+
+            options = dict(stderr=self.stderr, highlight=False, soft_wrap=True, markup=False, emoji=False)
+            self.console = Console(**options)
+            if not self.stderr and not self.console.is_terminal:  # piped: never truncate table cells
+                self.console = Console(width=400, **options)
+        return getattr(self.console, name)
+
+
+out = LazyConsole(stderr=False)
+err = LazyConsole(stderr=True)
 
 
 def note(line: str) -> None:
@@ -30,6 +50,8 @@ def note(line: str) -> None:
 
 
 def matrix() -> matrix_mod.Matrix:
+    from rlbox.image import matrix as matrix_mod
+
     return matrix_mod.load(find_root())
 
 
@@ -41,6 +63,8 @@ def matrix_if_any() -> matrix_mod.Matrix | None:
         root = find_root()
     except RlboxError:
         return None
+    from rlbox.image import matrix as matrix_mod
+
     return matrix_mod.load(root)
 
 
@@ -50,6 +74,8 @@ def mirror_profile(m: matrix_mod.Matrix | None, name: str | None) -> mirrors.Pro
         return None
     if m is None:
         raise RlboxError(f"--mirror {name} needs images/mirrors.yaml (an rlbox tree or RLBOX_ROOT)")
+    from rlbox.image import mirrors
+
     return mirrors.get(m.root, name)
 
 
@@ -58,6 +84,8 @@ def image_ref(ref: str | None, what: str) -> str:
     if not ref:
         raise RlboxError(f"{what}: give --image RELEASE:VARIANT (rlbox images list) or an image reference "
                          "(or set RLBOX_IMAGE): the work runs inside the training image")
+    from rlbox.registry.reference import Reference
+
     try:  # parsed before any engine sees it
         Reference.parse(ref)
     except RlboxError as err:
@@ -70,6 +98,8 @@ def checked_image(ctx, param, value):
     """Click callback: an image argument parsed as a reference before any engine call."""
     if value is None:
         return value
+    from rlbox.registry.reference import Reference
+
     try:
         Reference.parse(value)
     except RlboxError as err:
@@ -88,6 +118,13 @@ class _Finite(click.FloatRange):
 
 
 SECONDS = _Finite(0, 86400, min_open=True)  # timeouts: more than 0 s, at most a day
+
+
+def table_of(*headers: str):
+    """A rich Table without borders (rich is imported here, when a command prints one)."""
+    from rich.table import Table
+
+    return Table(*headers, box=None)
 
 
 def print_rows(rows: list[list[str]]) -> None:

@@ -25,8 +25,6 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator
-
 from rlbox.core.errors import RlboxError
 
 RULES = {
@@ -73,7 +71,18 @@ def inside(root: Path, *parts: str | Path, what: str = "path") -> Path:
     return path
 
 
-# The rule as field types of the schemas that read names back from files.
-RunName = Annotated[str, AfterValidator(lambda v: check_value(v, "run"))]
-FileName = Annotated[str, AfterValidator(lambda v: check_value(v, "file"))]
-ArtifactName = Annotated[str, AfterValidator(lambda v: check_value(v, "artifact"))]
+# The rule as field types of the schemas that read names back from files: RunName, FileName and
+# ArtifactName, made on first use (PEP 562), so that checking a name (every CLI command's --name)
+# does not import pydantic: `rlbox --help` stays light (tests/test_cli_lazy.py).
+_TYPES = {"RunName": "run", "FileName": "file", "ArtifactName": "artifact"}
+
+
+def __getattr__(attr: str):
+    if attr not in _TYPES:
+        raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+    from pydantic import AfterValidator
+
+    kind = _TYPES[attr]
+    made = Annotated[str, AfterValidator(lambda v: check_value(v, kind))]
+    globals()[attr] = made
+    return made
