@@ -11,7 +11,7 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench rehearsal sim-image rehearse-image
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench rehearsal sim-image rehearse-image arm64-emulation
 
 help:
 	@echo "make rehearsal     4-node simulated Atlas A3 cluster: 64 NPUs in Ray, smoke-test job, teardown"
@@ -22,6 +22,7 @@ help:
 	@echo "make image REF=RELEASE:VARIANT    build one variant of the matrix (BUILD_FLAGS=... rlbox build options; CI uses it)"
 	@echo "make image-a2|image-a3|image-ax   build $(FLAGSHIP) for that hardware (BUILD_FLAGS=...)"
 	@echo "make rehearse-image REF=RELEASE:VARIANT [MIRRORS=DIR]   real-content build on a CANN stand-in base + checks"
+	@echo "make arm64-emulation   let this x86 machine build linux/arm64 (binfmt_misc, qemu-user-static, F flag); rehearse-image runs it for arm64"
 	@echo "make bench         benchmarks under bench/ (image rebuild, cluster bring-up, pre-flight, node loss, log follow)"
 
 setup:
@@ -37,8 +38,19 @@ sim-image: setup
 # A real-content rehearsal of one variant (rlbox rehearse): MIRRORS=DIR fills the source cache's git
 # sources from local full clones first (DIR/<owner>+<name>/repo), for machines without GitHub.
 MIRRORS ?=
+# linux/arm64 builds on an x86_64 machine run under QEMU: binfmt_misc mounted, qemu-user-static and
+# binfmt-support installed, qemu-aarch64 registered with the F flag (BuildKit needs it). Idempotent; one
+# line saying why not where it cannot. Not part of `setup`: CI builds no arm64 image.
+arm64-emulation:
+	@bash tools/enable-arm64-emulation.sh
+
+# The platform of REF (linux/amd64, linux/arm64), read from the matrix.
+REF_PLATFORM = $(RLBOX) images list --json | RLBOX_REF="$(REF)" "$(CURDIR)/.venv/bin/python" -c 'import json, os, sys; \
+	print(next((r["platform"] for r in json.load(sys.stdin) if r["ref"] == os.environ["RLBOX_REF"]), ""))'
+
 rehearse-image: setup
 	@if [ -z "$(REF)" ]; then echo "make rehearse-image: give REF=RELEASE:VARIANT (see rlbox images list)" >&2; exit 2; fi
+	@if [ "$$($(REF_PLATFORM))" = linux/arm64 ]; then $(MAKE) --no-print-directory arm64-emulation; fi
 	$(if $(MIRRORS),$(VENV) bash tools/sources-from-mirrors.sh $(MIRRORS))
 	$(RLBOX) rehearse $(REF) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 

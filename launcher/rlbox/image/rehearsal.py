@@ -51,6 +51,7 @@ class RehearsalPlan:
     entries: tuple[tuple[str, str, tuple[str, ...]], ...]  # (recipe, entry module, run-time modules)
     expected_versions: dict[str, str]  # distribution -> version its release reports
     build: build.BuildPlan = field(repr=False)
+    standin: Standin | None = None
 
     def describe(self) -> str:
         lines = [f"rehearsal of {self.ref} -> {self.tag}",
@@ -67,11 +68,44 @@ class RehearsalPlan:
         return {"ref": self.ref, "real_base": self.real_base, "base": self.base, "tag": self.tag,
                 "settings": dict(self.settings), "substitutions": list(self.substitutions),
                 "missing": list(self.missing), "entries": [[r, m, list(x)] for r, m, x in self.entries],
-                "expected_versions": dict(self.expected_versions), "build": self.build.as_dict()}
+                "expected_versions": dict(self.expected_versions), "build": self.build.as_dict(),
+                "platform": self.build.platform, "base_os": self.standin.os if self.standin else None}
+
+
+@dataclass(frozen=True)
+class Standin:
+    """The CANN stand-in base for one variant, made by tools/make-cann-standin.sh."""
+    image: str
+    os: str          # its /etc/os-release ID+VERSION_ID: where an offline build finds its OS packages
+    platform: str
+    what: str        # what it is, for the substitution line
+
+    def script_args(self, cann: str, real: str) -> list[str]:
+        return ["--platform", self.platform, "--os", self.os, "--for", real, cann, self.image]
+
+
+# Per platform: the OS the stand-in is debootstrapped from. Ubuntu 22.04 is the real base's OS; Ubuntu's
+# arm64 archive (ports.ubuntu.com) is not reachable from every build machine, Debian's is, and Debian 12
+# has the base's Python 3.11 as a package (the script handles what differs: see its debian_fixups).
+STANDIN_OS = {
+    "linux/amd64": ("ubuntu22.04", "Ubuntu 22.04 with Python 3.11 (Ubuntu's 3.11.0rc1 package)"),
+    "linux/arm64": ("debian12", "Debian 12 (bookworm) arm64 with Python 3.11 (Debian's package; Ubuntu's arm64 archive is "
+                                "not reachable here), run under QEMU emulation on a non-arm64 machine"),
+}
+
+
+def standin(v: ResolvedVariant) -> Standin:
+    os_name, what = STANDIN_OS.get(v.platform, STANDIN_OS["linux/amd64"])
+    tag = v.base_image.rsplit(":", 1)[1]
+    if os_name != v.release.os:
+        tag = tag.replace(v.release.os, os_name)
+    if v.platform != "linux/amd64":
+        tag += f"-{v.platform.rsplit('/', 1)[1]}"  # one engine holds one image per tag: never the x86 one's
+    return Standin(f"{STANDIN_REPO}:{tag}", os_name, v.platform, what)
 
 
 def standin_base(v: ResolvedVariant) -> str:
-    return f"{STANDIN_REPO}:{v.base_image.rsplit(':', 1)[1]}"
+    return standin(v).image
 
 
 def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | None = None) -> RehearsalPlan:
@@ -81,8 +115,9 @@ def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | Non
         raise RlboxError(f"{ref} has no CANN base to stand in for: build it for real with `rlbox build {ref}`")
     if v.lock.state != "fresh" or not v.lock.pip:
         raise RlboxError(f"{v.lock.path}: {ref} has no complete lock ({v.lock.state}): run `rlbox lock {ref}` first")
-    base = standin_base(v)
-    subs = [f"base {base} for {v.base_image}: Ubuntu 22.04 with Python 3.11 (Ubuntu's 3.11.0rc1 package), a CANN tree of empty "
+    sb = standin(v)
+    base = sb.image
+    subs = [f"base {base} for {v.base_image}: {sb.what}, a CANN tree of empty "
             "directories and set_env.sh scripts (tools/make-cann-standin.sh); no CANN binary, compiler or driver",
             *v.lock.substitutions()]
     entries = []
@@ -99,12 +134,12 @@ def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | Non
         dist, version = pin.split("==", 1)
         expected[dist] = version
     tag = f"localhost/rlbox-rehearsal/{v.release.image.name}:{v.tag}"
-    missing = tuple(sources.missing(v))
+    missing = tuple(sources.missing(v, base_os=sb.os))
     plan_ = build.plan(v, base_image=base, tags=(tag,), ca_bundle=ca_bundle, offline=True, require_sources=False,
                        rehearsal=tuple(build.REHEARSAL_SETTINGS), revision=build.source_revision(m.root))
     settings = {**build.REHEARSAL_SETTINGS, **CHECK_SETTINGS}
     return RehearsalPlan(ref, v.base_image, base, tag, settings, tuple(subs), missing,
-                         tuple(entries), expected, plan_)
+                         tuple(entries), expected, plan_, sb)
 
 
 def runtime_modules(recipe: dict) -> tuple[str, ...]:
@@ -192,7 +227,8 @@ def ensure_base(p: RehearsalPlan, root: Path, cann: str, echo) -> None:
     if subprocess.run(["docker", "image", "inspect", p.base], capture_output=True).returncode == 0:
         return
     echo(f"making the CANN stand-in base {p.base} (tools/make-cann-standin.sh)")
-    proc = subprocess.run(["bash", str(root / "tools" / "make-cann-standin.sh"), cann, p.base], capture_output=True, text=True)
+    args = p.standin.script_args(cann, p.real_base) if p.standin else [cann, p.base]
+    proc = subprocess.run(["bash", str(root / "tools" / "make-cann-standin.sh"), *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RlboxError(f"tools/make-cann-standin.sh {cann} failed: {last_line(proc.stderr or proc.stdout)}")
 
@@ -261,10 +297,12 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
 def execute(m: Matrix, p: RehearsalPlan, *, ca_bundle: Path | None = None, echo=None) -> Report:
     echo = echo or print
     v = m.get(p.ref)
+    build.require_platform(p.build.platform)  # the stand-in is made under the same emulation as the build
     ensure_base(p, m.root, v.release.cann.version, echo)
-    if sources.missing(v):
+    base_os = p.standin.os if p.standin else None
+    if sources.missing(v, base_os=base_os):
         echo(f"filling the source cache for {p.ref}")
-        sources.fetch(v, ca_bundle=ca_bundle, base_image=p.base, echo=echo)
+        sources.fetch(v, ca_bundle=ca_bundle, base_image=p.base, base_os=base_os, echo=echo)
     build.execute(p.build, echo=echo)
     echo(f"checking {p.tag}")
     return judge(p, check(p))
