@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,6 +217,11 @@ def judge(p: RehearsalPlan, facts: dict[str, Any]) -> Report:
                 lines.append(f"     {r['state']:<11} {name}: {r.get('error', '')[:160]}")
         for name, r in sorted(lazy_bad.items()):
             lines.append(f"     lazy {r['state']:<6} {name}: {r.get('error', '')[:160]}")
+    timing = facts.get("timing")
+    if timing:
+        size = timing.get("image_bytes")
+        lines.append(f"     took: build {timing.get('build_s')} s, checks {timing.get('checks_s')} s on {p.build.platform}; "
+                     f"image {f'{size / 1e9:.2f} GB' if size else 'size unknown'}")
     return Report(p.ref, ok, lines, facts)
 
 
@@ -303,6 +309,17 @@ def execute(m: Matrix, p: RehearsalPlan, *, ca_bundle: Path | None = None, echo=
     if sources.missing(v, base_os=base_os):
         echo(f"filling the source cache for {p.ref}")
         sources.fetch(v, ca_bundle=ca_bundle, base_image=p.base, base_os=base_os, echo=echo)
+    started = time.monotonic()
     build.execute(p.build, echo=echo)
+    took = time.monotonic() - started
     echo(f"checking {p.tag}")
-    return judge(p, check(p))
+    started = time.monotonic()
+    facts = check(p)
+    facts["timing"] = {"build_s": round(took, 1), "checks_s": round(time.monotonic() - started, 1),
+                       "image_bytes": image_size(p.tag)}
+    return judge(p, facts)
+
+
+def image_size(tag: str) -> int | None:
+    out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", tag], capture_output=True, text=True)
+    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
