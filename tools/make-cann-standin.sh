@@ -265,5 +265,5 @@ LABEL io.rlbox.standin="$standin_text" io.rlbox.cann="$version"
 CMD ["/bin/bash"]
 EOF
 echo "building $image FROM $rootfs_image"
-docker build -q --platform "$platform" -t "$image" "$ctx" >/dev/null
+docker build -q --network none --platform "$platform" -t "$image" "$ctx" >/dev/null
 echo "made $image  ($standin_text)"

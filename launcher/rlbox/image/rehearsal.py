@@ -75,14 +75,16 @@ class RehearsalPlan:
 
 @dataclass(frozen=True)
 class Standin:
-    """The CANN stand-in base for one variant, made by tools/make-cann-standin.sh."""
+    """The CANN stand-in base for one variant, made by tools/make-cann-standin.sh (and, for a Python
+    the stand-in's OS does not package, tools/make-python310-standin.sh on top of it)."""
     image: str
     os: str          # its /etc/os-release ID+VERSION_ID: where an offline build finds its OS packages
     platform: str
     what: str        # what it is, for the substitution line
+    os_image: str = ""  # the plain stand-in (the OS, Python 3.11, the CANN tree) when ``image`` adds a Python to it
 
     def script_args(self, cann: str, real: str) -> list[str]:
-        return ["--platform", self.platform, "--os", self.os, "--for", real, cann, self.image]
+        return ["--platform", self.platform, "--os", self.os, "--for", real, cann, self.os_image or self.image]
 
 
 # Per platform: the OS the stand-in is debootstrapped from. Ubuntu 22.04 is the real base's OS; Ubuntu's
@@ -93,6 +95,13 @@ STANDIN_OS = {
     "linux/arm64": ("debian12", "Debian 12 (bookworm) arm64 with Python 3.11 (Debian's package; Ubuntu's arm64 archive is "
                                 "not reachable here), run under QEMU emulation on a non-arm64 machine"),
 }
+# The release Pythons the real Dockerfiles install from Ubuntu 22.04's packages, which a Debian 12 stand-in
+# lacks: built from Ubuntu's own source package instead (tools/make-python310-standin.sh).
+FROM_SOURCE = {
+    ("debian12", "3.10"): "CPython 3.10.12 as /usr/bin/python3.10, built from Ubuntu jammy-updates' python3.10 "
+                          "3.10.12-1~22.04.18 source (cross-compiled for aarch64; no arm64 Python 3.10 package is "
+                          "reachable here), with empty python3.10/-venv/-dev packages standing in for Ubuntu's",
+}
 
 
 def standin(v: ResolvedVariant) -> Standin:
@@ -100,9 +109,12 @@ def standin(v: ResolvedVariant) -> Standin:
     tag = v.base_image.rsplit(":", 1)[1]
     if os_name != v.release.os:
         tag = tag.replace(v.release.os, os_name)
-    if v.platform != "linux/amd64":
-        tag += f"-{v.platform.rsplit('/', 1)[1]}"  # one engine holds one image per tag: never the x86 one's
-    return Standin(f"{STANDIN_REPO}:{tag}", os_name, v.platform, what)
+    arch = f"-{v.platform.rsplit('/', 1)[1]}" if v.platform != "linux/amd64" else ""  # never the x86 one's tag
+    extra = FROM_SOURCE.get((os_name, v.release.python))
+    if extra:
+        return Standin(f"{STANDIN_REPO}:{tag}-cpython{v.release.python}{arch}", os_name, v.platform,
+                       f"{what}, plus {extra}", f"{STANDIN_REPO}:{tag}{arch}")
+    return Standin(f"{STANDIN_REPO}:{tag}{arch}", os_name, v.platform, what)
 
 
 def standin_base(v: ResolvedVariant) -> str:
@@ -230,13 +242,22 @@ def judge(p: RehearsalPlan, facts: dict[str, Any]) -> Report:
 
 
 def ensure_base(p: RehearsalPlan, root: Path, cann: str, echo) -> None:
-    if subprocess.run(["docker", "image", "inspect", p.base], capture_output=True).returncode == 0:
+    def present(image: str) -> bool:
+        return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+
+    if present(p.base):
         return
-    echo(f"making the CANN stand-in base {p.base} (tools/make-cann-standin.sh)")
-    args = p.standin.script_args(cann, p.real_base) if p.standin else [cann, p.base]
-    proc = subprocess.run(["bash", str(root / "tools" / "make-cann-standin.sh"), *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RlboxError(f"tools/make-cann-standin.sh {cann} failed: {last_line(proc.stderr or proc.stdout)}")
+    sb = p.standin or Standin(p.base, "", "", "")
+    steps = []
+    if not present(sb.os_image or sb.image):
+        steps.append(("make-cann-standin.sh", p.standin.script_args(cann, p.real_base) if p.standin else [cann, p.base]))
+    if sb.os_image:
+        steps.append(("make-python310-standin.sh", [sb.os_image, sb.image]))
+    for script, args in steps:
+        echo(f"making the CANN stand-in base {args[-1]} (tools/{script})")
+        proc = subprocess.run(["bash", str(root / "tools" / script), *args], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RlboxError(f"tools/{script} for {args[-1]} failed: {last_line(proc.stderr or proc.stdout)}")
 
 
 def run_in(image: str, argv: list[str], *, mounts: dict[str, str] | None = None,
