@@ -113,10 +113,19 @@ def judge(platform: str, facts: Facts) -> str | None:
     return f"{where}: no {arch} emulator is registered with binfmt_misc: {enable}"
 
 
+def host_arch() -> str:
+    machine = host_platform.machine()
+    return HOST_ALIASES.get(machine, machine)
+
+
+def native(platform: str) -> bool:
+    """Does ``platform`` run on this machine without emulation?"""
+    return PLATFORM_ARCH.get(platform) == host_arch()
+
+
 def gather(docker: str = "docker") -> Facts:
     """Read the facts ``judge`` needs from this machine (and the current buildx builder)."""
-    host = host_platform.machine()
-    host = HOST_ALIASES.get(host, host)
+    host = host_arch()
     mounted = (BINFMT / "register").exists()
     status = (BINFMT / "status").read_text().strip() if mounted else ""
     entries = []

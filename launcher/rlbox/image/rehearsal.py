@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbox.core.errors import RlboxError, last_line
-from rlbox.image import build, sources
+from rlbox.image import build, emulation, sources
 from rlbox.image.matrix import Matrix, ResolvedVariant
 
 STANDIN_REPO = "rlbox/cann-standin"
@@ -261,7 +261,7 @@ def ensure_base(p: RehearsalPlan, root: Path, cann: str, echo) -> None:
 
 
 def run_in(image: str, argv: list[str], *, mounts: dict[str, str] | None = None,
-           env: dict[str, str] | None = None) -> tuple[int, str]:
+           env: dict[str, str] | None = None, timeout: int = 1800) -> tuple[int, str]:
     import docker
 
     client = docker.from_env()
@@ -271,7 +271,7 @@ def run_in(image: str, argv: list[str], *, mounts: dict[str, str] | None = None,
         volumes={host: {"bind": inside, "mode": "ro"} for host, inside in (mounts or {}).items()},
     )
     try:
-        code = box.wait(timeout=1800)["StatusCode"]
+        code = box.wait(timeout=timeout)["StatusCode"]
         out = box.logs(stdout=True, stderr=True).decode("utf-8", "replace")
     finally:
         box.remove(force=True)
@@ -299,10 +299,12 @@ print(json.dumps({"versions": out, "source_versions": src}))
 
 def check(p: RehearsalPlan) -> dict[str, Any]:
     facts: dict[str, Any] = {}
-    code, out = run_in(p.tag, ["rlbox-verify", "/etc/rlbox/image.json"])
+    # Under emulation every import runs through QEMU: allow it four times as long.
+    wait = 1800 if emulation.native(p.build.platform) else 4 * 1800
+    code, out = run_in(p.tag, ["rlbox-verify", "/etc/rlbox/image.json"], timeout=wait)
     facts["verify"] = {"code": code, "output": out}
-    facts["pip_check"] = run_in(p.tag, ["python3", "-m", "pip", "check"])[1]
-    code, out = run_in(p.tag, ["python3", "-c", VERSIONS, *p.expected_versions])
+    facts["pip_check"] = run_in(p.tag, ["python3", "-m", "pip", "check"], timeout=wait)[1]
+    code, out = run_in(p.tag, ["python3", "-c", VERSIONS, *p.expected_versions], timeout=wait)
     facts.update(json.loads(out.strip().splitlines()[-1]) if code == 0 else {"versions": {}, "versions_error": out[-300:]})
     facts["imports"] = {}
     for recipe, module, extra in p.entries:
@@ -312,7 +314,7 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
         for name in extra:
             argv += ["--runtime", name]
         code, out = run_in(p.tag, [*argv, module, "vllm_ascend"], mounts={str(SCRIPT.parent): "/opt/rlbox/check"},
-                           env={"VLLM_PLUGINS": ""})
+                           env={"VLLM_PLUGINS": ""}, timeout=wait)
         start = out.find("{")
         try:
             facts["imports"][recipe] = json.loads(out[start:]) if start >= 0 else {"modules": {}}
