@@ -15,7 +15,7 @@
 # Another architecture than the host's runs under emulation (tools/enable-arm64-emulation.sh):
 # debootstrap's second stage and every RUN go through qemu-user-static.
 # Two steps, each idempotent: the version-independent rootfs is debootstrapped once and
-# `docker import`ed as $CANN_STANDIN_ROOTFS (default rlbox/cann-standin:rootfs-OS-py3.11[-ARCH]);
+# imported (a FROM-scratch build of its tarball) as $CANN_STANDIN_ROOTFS (default rlbox/cann-standin:rootfs-OS-py3.11[-ARCH]);
 # each CANN version is then a small layer FROM it (a local image: no registry) that adds the
 # stand-in /usr/local/Ascend tree named for that version. Does nothing if IMAGE already exists.
 # Needs root, debootstrap, curl and Docker (BuildKit or the classic builder).
@@ -134,6 +134,19 @@ debian_fixups() {
     rm -f "$rootfs"/usr/lib/python3.11/EXTERNALLY-MANAGED
 }
 
+# The rootfs tarball in DIR/rootfs.tar becomes $rootfs_image for $platform.
+import_rootfs() {
+    cat > "$1/Dockerfile" <<EOF
+FROM scratch
+ADD rootfs.tar /
+ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
+LABEL io.rlbox.standin="rootfs of the rlbox CANN stand-ins: $os_name ($debarch) + Python 3.11, no CANN"
+CMD ["/bin/bash"]
+EOF
+    docker build -q --network none --platform "$platform" -t "$rootfs_image" "$1" >/dev/null
+    rm -f "$1/rootfs.tar"
+}
+
 make_rootfs_image() {
     command -v debootstrap >/dev/null || { echo "debootstrap missing: apt-get install -y debootstrap" >&2; exit 1; }
     if [ "$os" = debian12 ]; then debootstrap_debian; else debootstrap_ubuntu; fi
@@ -170,12 +183,11 @@ $python_from as python3 (venv, pip). No CANN at all; the per-version stand-in im
 FROM it add a placeholder /usr/local/Ascend tree. Made by tools/make-cann-standin.sh.
 EOF
 
-    tar -C "$rootfs" --numeric-owner -c . | docker import --platform "$platform" \
-        -c 'CMD ["/bin/bash"]' \
-        -c 'ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        -c 'ENV LANG=C.UTF-8' \
-        -c "LABEL io.rlbox.standin=\"rootfs of the rlbox CANN stand-ins: $os_name ($debarch) + Python 3.11, no CANN\"" \
-        - "$rootfs_image" >/dev/null
+    # A FROM-scratch build (not `docker import`, which records the engine's own architecture whatever
+    # --platform says): the image's config names $platform, so BuildKit finds it locally for that platform.
+    mkdir -p "$work/import"
+    tar -C "$rootfs" --numeric-owner -c . > "$work/import/rootfs.tar"
+    import_rootfs "$work/import"
     rm -rf "$rootfs"
     echo "made $rootfs_image"
 }
