@@ -254,7 +254,9 @@ export PATH=${ATB_HOME_PATH}/bin${PATH:+:${PATH}}
 unset _rlbox_cxx_abi _rlbox_arg
 EOF
 
-real=${real:-quay.io/ascend/cann:${version,,}-910b-ubuntu22.04-py3.11}
+# Chip-independent by default (nothing in it is chip-specific): the A2 and A3 stand-ins of one CANN
+# version are then the same image, and their rehearsals share every layer up to the first that differs.
+real=${real:-quay.io/ascend/cann:${version,,}-<chip>-ubuntu22.04-py3.11 (any chip)}
 standin_text="stand-in of $real for rlbox rehearsal builds: real $os_name ($debarch) and Python 3.11, NO CANN binaries, compilers or driver libraries"
 cat > "$ctx/etc/rlbox-cann-standin" <<EOF
 This image is an rlbox STAND-IN of $real, made by tools/make-cann-standin.sh

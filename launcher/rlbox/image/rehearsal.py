@@ -83,8 +83,8 @@ class Standin:
     what: str        # what it is, for the substitution line
     os_image: str = ""  # the plain stand-in (the OS, Python 3.11, the CANN tree) when ``image`` adds a Python to it
 
-    def script_args(self, cann: str, real: str) -> list[str]:
-        return ["--platform", self.platform, "--os", self.os, "--for", real, cann, self.os_image or self.image]
+    def script_args(self, cann: str) -> list[str]:
+        return ["--platform", self.platform, "--os", self.os, cann, self.os_image or self.image]
 
 
 # Per platform: the OS the stand-in is debootstrapped from. Ubuntu 22.04 is the real base's OS; Ubuntu's
@@ -250,7 +250,7 @@ def ensure_base(p: RehearsalPlan, root: Path, cann: str, echo) -> None:
     sb = p.standin or Standin(p.base, "", "", "")
     steps = []
     if not present(sb.os_image or sb.image):
-        steps.append(("make-cann-standin.sh", p.standin.script_args(cann, p.real_base) if p.standin else [cann, p.base]))
+        steps.append(("make-cann-standin.sh", p.standin.script_args(cann) if p.standin else [cann, p.base]))
     if sb.os_image:
         steps.append(("make-python310-standin.sh", [sb.os_image, sb.image]))
     for script, args in steps:
