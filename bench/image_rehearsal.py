@@ -5,13 +5,20 @@
                                                           rebuild after editing one verl patch; steps rebuilt, ratio
     python3 bench/image_rehearsal.py cold [REF]           the same, plus a cold build (--no-cache) as the baseline
     python3 bench/image_rehearsal.py size [REF...]        image size of each rehearsal image
+    python3 bench/image_rehearsal.py emulation [ARM_REF]  arm64 under emulation (QEMU) against the x86 variant of
+                                                          the same release: cold build time and size of each (the
+                                                          emulation factor), then a one-patch rebuild of the arm64
+                                                          image (only the steps from verl on may run)
+    python3 bench/image_rehearsal.py --quick              smallest: `lock` of rlbox_sim:amd64 (PyPI only), then the
+                                                          emulation factor of a fixed Python
+                                                          workload in the arm64 and x86 stand-in bases, one
+                                                          repetition, and the size of the rehearsal images present;
+                                                          what is absent is skipped with its reason
 
-    python3 bench/image_rehearsal.py --quick              `lock` of the smallest variant, rlbox_sim:amd64 (CI: proves
-                                                          the bench runs; PyPI only, no source cache needed)
-
-REF defaults to verl_pt27_25rc3:ax-x86. `rebuild`/`cold` need the rehearsal's source cache and
-stand-in base (`make rehearse-image REF=...` once). The verl patch is edited in place (a comment
-line appended to its header) and restored, then re-rendered, whatever happens.
+REF defaults to verl_pt27_25rc3:ax-x86, ARM_REF to verl_pt27_cann82rc1:a3-arm. `rebuild`/`cold`/`emulation`
+need the rehearsal's source cache and stand-in base (`make rehearse-image REF=...` once, for each
+platform). The verl patch (the variant's first) is edited in place (a comment line appended to its
+header) and restored, then re-rendered, whatever happens.
 """
 
 from __future__ import annotations
@@ -27,9 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "launcher"))
 
 from rlbox.cluster import recipes  # noqa: E402
-from rlbox.image import build, matrix, rehearsal, render, resolve  # noqa: E402
+from rlbox.image import build, emulation, matrix, rehearsal, render, resolve  # noqa: E402
 
 DEFAULT = "verl_pt27_25rc3:ax-x86"
+ARM_DEFAULT = "verl_pt27_cann82rc1:a3-arm"
+# A fixed CPU-bound Python workload for --quick (pure interpreter: what pip and setuptools do under QEMU).
+# Timed inside the container (container start-up is not part of it).
+WORKLOAD = "import hashlib, json, time; t = time.perf_counter(); d = [{'k': i, 'v': str(i) * 8} for i in range(200000)]; " \
+           "hashlib.sha256(json.dumps(d).encode()).hexdigest(); sorted(d, key=lambda x: -x['k']); " \
+           "print(time.perf_counter() - t)"
 
 
 def bench_lock(refs: list[str]) -> None:
@@ -84,10 +97,18 @@ def timed_build(ref: str, no_cache: bool = False) -> tuple[float, list[str], str
     return took, rebuilt, p.tag
 
 
-def bench_rebuild(ref: str, cold: bool) -> None:
-    base_label = "cold build (--no-cache)" if cold else "no-change rebuild"
-    base, _, tag = timed_build(ref, no_cache=cold)
-    patch = ROOT / "patches" / "verl" / "0001-import-verl-npu-plugin.patch"
+def verl_patch(ref: str) -> Path:
+    """The first verl patch the variant applies (the one a one-patch rebuild edits)."""
+    v = matrix.load(ROOT).get(ref)
+    for c in v.components:
+        if c.name == "verl" and c.spec.patches:
+            return ROOT / "patches" / "verl" / c.spec.patches[0]
+    raise SystemExit(f"{ref} applies no verl patch")
+
+
+def edited_rebuild(ref: str) -> tuple[float, list[str], Path]:
+    """Rebuild ``ref`` after a new edit of its first verl patch (restored afterwards)."""
+    patch = verl_patch(ref)
     original = patch.read_bytes()
     try:
         text = original.decode()
@@ -98,8 +119,15 @@ def bench_rebuild(ref: str, cold: bool) -> None:
     finally:
         patch.write_bytes(original)
         render.write(matrix.load(ROOT))
+    return edited, rebuilt, patch
+
+
+def bench_rebuild(ref: str, cold: bool) -> None:
+    base_label = "cold build (--no-cache)" if cold else "no-change rebuild"
+    base, _, tag = timed_build(ref, no_cache=cold)
+    edited, rebuilt, patch = edited_rebuild(ref)
     print(f"{base_label}: {base:.1f} s")
-    print(f"after editing verl's patch 0001: {edited:.1f} s, {len(rebuilt)} steps rebuilt:")
+    print(f"after editing verl's patch {patch.name}: {edited:.1f} s, {len(rebuilt)} steps rebuilt:")
     for s in rebuilt:
         print(f"    {s}")
     print(f"ratio edited/{'cold' if cold else 'no-change'}: {edited / base:.2f}")
@@ -110,20 +138,83 @@ def bench_size(refs: list[str]) -> None:
     m = matrix.load(ROOT)
     for ref in refs:
         tag = rehearsal.plan(m, ref, shipped()).tag
-        out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", tag], capture_output=True, text=True)
-        size = int(out.stdout.strip() or 0)
+        size = rehearsal.image_size(tag)
+        if size is None:
+            print(f"{tag}: skipped, no such image (make rehearse-image REF={ref})")
+            continue
         base = rehearsal.standin_base(m.get(ref))
-        bout = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", base], capture_output=True, text=True)
-        bsize = int(bout.stdout.strip() or 0)
+        bsize = rehearsal.image_size(base) or 0
         print(f"{tag}: {size / 1e9:.2f} GB (base {base}: {bsize / 1e9:.2f} GB; the image adds {(size - bsize) / 1e9:.2f} GB)")
 
 
 QUICK = "rlbox_sim:amd64"
 
+
+def x86_twin(ref: str) -> str:
+    """The linux/amd64 variant of ``ref``'s release (ax-x86 for a2-arm/a3-arm)."""
+    m = matrix.load(ROOT)
+    release = m.get(ref).release.release
+    for v in m.variants:
+        if v.release.release == release and v.platform == "linux/amd64":
+            return v.ref
+    raise SystemExit(f"{release} has no linux/amd64 variant to compare {ref} with")
+
+
+def bench_emulation(arm_ref: str) -> None:
+    """Cold builds (--no-cache) of the arm64 variant under emulation and of its release's x86 one,
+    sizes, the factor; then a one-patch rebuild under emulation."""
+    x86_ref = x86_twin(arm_ref)
+    m = matrix.load(ROOT)
+    for ref in (x86_ref, arm_ref):
+        p = rehearsal.plan(m, ref, shipped())
+        if p.missing or rehearsal.image_size(p.base) is None:
+            raise SystemExit(f"{ref}: its source cache or stand-in base is missing: run `make rehearse-image REF={ref}` first")
+    build.require_platform(m.get(arm_ref).platform)
+    x86_s, _, x86_tag = timed_build(x86_ref, no_cache=True)
+    arm_s, _, arm_tag = timed_build(arm_ref, no_cache=True)
+    x86_b, arm_b = rehearsal.image_size(x86_tag) or 0, rehearsal.image_size(arm_tag) or 0
+    print(f"cold build {x86_ref} (native x86_64): {x86_s:.1f} s, image {x86_b / 1e9:.2f} GB")
+    print(f"cold build {arm_ref} (linux/arm64 under QEMU): {arm_s:.1f} s, image {arm_b / 1e9:.2f} GB")
+    print(f"emulation factor (arm64 cold / x86 cold): {arm_s / x86_s:.2f}; size arm64/x86: {arm_b / max(x86_b, 1):.2f}")
+    edited, rebuilt, patch = edited_rebuild(arm_ref)
+    print(f"after editing verl's patch {patch.name}, under emulation: {edited:.1f} s, {len(rebuilt)} steps rebuilt:")
+    for s in rebuilt:
+        print(f"    {s}")
+    print(f"ratio one-patch rebuild / cold build (arm64): {edited / arm_s:.3f}")
+
+
+def bench_quick() -> None:
+    """Smallest: one run of a fixed Python workload in each platform's stand-in base (the CPU
+    emulation factor), and the sizes of the rehearsal images present; absent ones are skipped."""
+    m = matrix.load(ROOT)
+    arm = rehearsal.standin_base(m.get(ARM_DEFAULT))
+    x86 = rehearsal.standin_base(m.get(x86_twin(ARM_DEFAULT)))
+    times = {}
+    for platform, image in (("linux/amd64", x86), ("linux/arm64", arm)):
+        if rehearsal.image_size(image) is None:
+            print(f"{platform}: skipped, no stand-in base {image} (make rehearse-image makes it)")
+            continue
+        if emulation.judge(platform, emulation.gather()):
+            print(f"{platform}: skipped, {emulation.judge(platform, emulation.gather())}")
+            continue
+        proc = subprocess.run(["docker", "run", "--rm", "--network", "none", "--platform", platform, image,
+                               "python3", "-c", WORKLOAD], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"workload in {image} failed: {proc.stderr[-300:]}")
+        times[platform] = float(proc.stdout.strip().splitlines()[-1])
+        print(f"{platform}: a fixed Python workload in {image}: {times[platform]:.2f} s")
+    if len(times) == 2:
+        print(f"emulation factor, Python workload (arm64 / x86): {times['linux/arm64'] / times['linux/amd64']:.2f}")
+    bench_size([x86_twin(ARM_DEFAULT), ARM_DEFAULT])
+
+
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:] or ["lock"]
     if mode == "--quick":
         bench_lock([QUICK])
+        bench_quick()
+    elif mode == "emulation":
+        bench_emulation(rest[0] if rest else ARM_DEFAULT)
     elif mode == "lock":
         bench_lock(rest)
     elif mode in ("rebuild", "cold"):

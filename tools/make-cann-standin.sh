@@ -1,42 +1,70 @@
 #!/usr/bin/env bash
-# Make a local STAND-IN for the CANN base images (quay.io/ascend/cann:<ver>-910b-ubuntu22.04-py3.11),
+# Make a local STAND-IN for the CANN base images (quay.io/ascend/cann:<ver>-<chip>-ubuntu22.04-py3.11),
 # without any registry, so the real Dockerfiles can be rehearsed (FROM, apt, venv, pip, the
 # set_env.sh snapshot) on a machine that cannot pull them. It is NOT CANN: what is real is the
-# OS (Ubuntu 22.04 jammy, debootstrapped from archive.ubuntu.com) and Python 3.11 as python3 with
-# venv and pip; what is absent is every CANN binary, compiler, kernel and driver library. The
-# /usr/local/Ascend tree holds only empty directories and set_env.sh scripts exporting the same
-# variables as the real ones. The image says so in /etc/rlbox-cann-standin and its
-# io.rlbox.standin label.
-#   tools/make-cann-standin.sh CANN_VERSION [IMAGE]
+# OS (debootstrapped) and Python 3.11 as python3 with venv and pip; what is absent is every CANN
+# binary, compiler, kernel and driver library. The /usr/local/Ascend tree holds only empty
+# directories and set_env.sh scripts exporting the same variables as the real ones. The image says
+# so in /etc/rlbox-cann-standin and its io.rlbox.standin label.
+#   tools/make-cann-standin.sh [--platform linux/amd64|linux/arm64] [--os ubuntu22.04|debian12] [--for REAL_IMAGE] CANN_VERSION [IMAGE]
 #   e.g. tools/make-cann-standin.sh 8.3.RC1  ->  rlbox/cann-standin:8.3.rc1-910b-ubuntu22.04-py3.11
+# The OS: Ubuntu 22.04 (jammy, as the real base) by default; for linux/arm64 the default is Debian 12
+# (bookworm, whose Python is 3.11), because Ubuntu's arm64 archive (ports.ubuntu.com) is not
+# reachable from every build machine; `--os ubuntu22.04` takes Ubuntu's where it is. What differs
+# between the two for the real Dockerfiles is handled here, not in them (see debian_fixups).
+# Another architecture than the host's runs under emulation (tools/enable-arm64-emulation.sh):
+# debootstrap's second stage and every RUN go through qemu-user-static.
 # Two steps, each idempotent: the version-independent rootfs is debootstrapped once and
-# `docker import`ed as $CANN_STANDIN_ROOTFS (default rlbox/cann-standin:rootfs-ubuntu22.04-py3.11);
+# imported (a FROM-scratch build of its tarball) as $CANN_STANDIN_ROOTFS (default rlbox/cann-standin:rootfs-OS-py3.11[-ARCH]);
 # each CANN version is then a small layer FROM it (a local image: no registry) that adds the
 # stand-in /usr/local/Ascend tree named for that version. Does nothing if IMAGE already exists.
-# Needs root, debootstrap, curl and Docker (BuildKit or the classic builder). Host architecture only.
-# Env: UBUNTU_MIRROR (default archive.ubuntu.com, ports.ubuntu.com for non-amd64).
+# Needs root, debootstrap, curl and Docker (BuildKit or the classic builder).
+# Env: UBUNTU_MIRROR (default archive.ubuntu.com, ports.ubuntu.com for non-amd64), DEBIAN_MIRROR.
 set -euo pipefail
 
-usage() { echo "usage: $0 CANN_VERSION [IMAGE]   (e.g. $0 8.3.RC1)" >&2; exit 2; }
+usage() { echo "usage: $0 [--platform linux/amd64|linux/arm64] [--os ubuntu22.04|debian12] [--for REAL_IMAGE] CANN_VERSION [IMAGE]   (e.g. $0 8.3.RC1)" >&2; exit 2; }
+hostarch=$(dpkg --print-architecture)
+debarch=$hostarch
+os=
+real=
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --platform) [ $# -ge 2 ] || usage
+        case "$2" in linux/amd64) debarch=amd64 ;; linux/arm64) debarch=arm64 ;; *) echo "unsupported platform '$2'" >&2; exit 2 ;; esac
+        shift 2 ;;
+    --os) [ $# -ge 2 ] || usage; os=$2; shift 2 ;;
+    --for) [ $# -ge 2 ] || usage; real=$2; shift 2 ;;
+    -*) usage ;;
+    *) break ;;
+    esac
+done
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
+os=${os:-$([ "$debarch" = arm64 ] && echo debian12 || echo ubuntu22.04)}
+case "$os" in ubuntu22.04|debian12) ;; *) echo "unsupported stand-in OS '$os' (ubuntu22.04 or debian12)" >&2; exit 2 ;; esac
 version=$1
 [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9A-Za-z.]+$ ]] || { echo "bad CANN version '$version' (want e.g. 8.3.RC1)" >&2; exit 2; }
-image=${2:-rlbox/cann-standin:${version,,}-910b-ubuntu22.04-py3.11}
-rootfs_image=${CANN_STANDIN_ROOTFS:-rlbox/cann-standin:rootfs-ubuntu22.04-py3.11}
+case "$debarch" in amd64) march=x86_64 ;; arm64) march=aarch64 ;; esac
+platform=linux/$debarch
+suffix=; [ "$debarch" = amd64 ] || suffix=-$debarch
+image=${2:-rlbox/cann-standin:${version,,}-910b-$os-py3.11$suffix}
+rootfs_image=${CANN_STANDIN_ROOTFS:-rlbox/cann-standin:rootfs-$os-py3.11$suffix}
+if [ "$os" = debian12 ]; then os_name="Debian 12 (bookworm)"; else os_name="Ubuntu 22.04 (jammy)"; fi
 
 if docker image inspect "$image" >/dev/null 2>&1; then
     echo "CANN stand-in $image already present"
     exit 0
 fi
 [ "$(id -u)" = 0 ] || { echo "run as root (debootstrap, chroot)" >&2; exit 1; }
-
-debarch=$(dpkg --print-architecture)
-march=$(uname -m)
+if [ "$debarch" != "$hostarch" ] && ! grep -qs '^enabled' "/proc/sys/fs/binfmt_misc/qemu-$march"; then
+    echo "no $platform emulation on this $hostarch machine: run tools/enable-arm64-emulation.sh (qemu-user-static, binfmt_misc)" >&2
+    exit 1
+fi
 if [ "$debarch" = amd64 ]; then
     mirror=${UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}
 else
     mirror=${UBUNTU_MIRROR:-http://ports.ubuntu.com/ubuntu-ports}
 fi
+debian_mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 work=$(mktemp -d /tmp/rlbox-cann-standin.XXXXXX)
 rootfs=$work/rootfs
@@ -46,9 +74,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# ---- 1. The rootfs image: Ubuntu 22.04 + Python 3.11 (independent of the CANN version)
-make_rootfs_image() {
-    command -v debootstrap >/dev/null || { echo "debootstrap missing: apt-get install -y debootstrap" >&2; exit 1; }
+# ---- 1. The rootfs image: the OS + Python 3.11 (independent of the CANN version)
+in_root() { chroot "$rootfs" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/root LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"; }
+
+debootstrap_ubuntu() {
     # debootstrap checks jammy's Release signature with Ubuntu's archive key (never --no-check-gpg).
     local keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg
     if [ ! -s "$keyring" ]; then
@@ -76,16 +106,59 @@ deb $mirror jammy-updates main universe
 deb $mirror jammy-security main universe
 EOF
     # Python 3.11 comes from jammy-updates (universe); jammy's own python3 (3.10) is not installed.
+    python_from="jammy-updates"
+}
+
+debootstrap_debian() {
+    # Checked with Debian's archive keyring (debian-archive-keyring, on every Debian host).
+    echo "debootstrap bookworm ($debarch) into $rootfs (a few minutes; longer under emulation)"
+    debootstrap --variant=minbase --arch="$debarch" --include=ca-certificates bookworm "$rootfs" "$debian_mirror" >/dev/null
+    cat > "$rootfs/etc/apt/sources.list" <<EOF
+deb $debian_mirror bookworm main
+deb $debian_mirror bookworm-updates main
+deb http://deb.debian.org/debian-security bookworm-security main
+EOF
+    python_from="bookworm"
+}
+
+# Where Debian 12 differs from Ubuntu 22.04 in what the real Dockerfiles touch, the stand-in
+# makes it look like the real base (the Dockerfiles stay as they are for the real image):
+# - Debian marks its Python "externally managed" (PEP 668): pip then refuses to install into the
+#   system Python, which the real base (CANN's own Python in /usr/local) allows. The marker goes.
+# - Every apt package the images install (images/defaults.yaml system_packages, libjemalloc2) has
+#   the same name in bookworm, and libjemalloc lands in the same multiarch path
+#   (/usr/lib/<triplet>/libjemalloc.so.2): nothing to map.
+# - /etc/os-release says Debian 12 (true): offline builds read their OS packages from the source
+#   cache's debs/debian12-<arch>, which `rlbox rehearse` fills from this base.
+debian_fixups() {
+    rm -f "$rootfs"/usr/lib/python3.11/EXTERNALLY-MANAGED
+}
+
+# The rootfs tarball in DIR/rootfs.tar becomes $rootfs_image for $platform.
+import_rootfs() {
+    cat > "$1/Dockerfile" <<EOF
+FROM scratch
+ADD rootfs.tar /
+ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
+LABEL io.rlbox.standin="rootfs of the rlbox CANN stand-ins: $os_name ($debarch) + Python 3.11, no CANN"
+CMD ["/bin/bash"]
+EOF
+    docker build -q --network none --platform "$platform" -t "$rootfs_image" "$1" >/dev/null
+    rm -f "$1/rootfs.tar"
+}
+
+make_rootfs_image() {
+    command -v debootstrap >/dev/null || { echo "debootstrap missing: apt-get install -y debootstrap" >&2; exit 1; }
+    if [ "$os" = debian12 ]; then debootstrap_debian; else debootstrap_ubuntu; fi
     cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
     mount -t proc proc "$rootfs/proc" 2>/dev/null || echo "note: could not mount /proc in the chroot; continuing"
-    in_root() { chroot "$rootfs" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        HOME=/root LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"; }
     in_root apt-get update -q >/dev/null
     in_root apt-get install -y -q --no-install-recommends -o Dpkg::Use-Pty=0 \
         python3.11 python3.11-venv python3.11-dev >/dev/null
-    # python3 / python3.11 / pip3 in /usr/local/bin, as the real base has them. Ubuntu disables
-    # ensurepip for the system python, so pip is installed from jammy's own pip wheel (the one
-    # venv uses; no PyPI) by running pip out of that wheel: it lands in
+    [ "$os" != debian12 ] || debian_fixups
+    # python3 / python3.11 / pip3 in /usr/local/bin, as the real base has them. Ubuntu and Debian
+    # disable ensurepip for the system python, so pip is installed from the distribution's own pip
+    # wheel (the one venv uses; no PyPI) by running pip out of that wheel: it lands in
     # /usr/local/lib/python3.11/dist-packages and /usr/local/bin/pip, pip3, pip3.11.
     ln -sf /usr/bin/python3.11 "$rootfs/usr/local/bin/python3.11"
     ln -sf python3.11 "$rootfs/usr/local/bin/python3"
@@ -93,7 +166,7 @@ EOF
     in_root sh -c 'w=$(ls /usr/share/python-wheels/pip-*.whl) && python3.11 "$w/pip" install -q \
         --no-index --no-cache-dir --disable-pip-version-check "$w" 2>&1 | grep -v "as the .root. user" >&2 || true; \
         python3.11 -m pip --version >/dev/null'
-    rm -f "$rootfs"/usr/local/bin/pip3.10   # the wheel was built by 3.10; this one would run 3.11
+    rm -f "$rootfs"/usr/local/bin/pip3.10   # jammy's wheel was installed by 3.10's pip; this one would run 3.11
     in_root python3.11 -m pip --version
     if mountpoint -q "$rootfs/proc"; then umount "$rootfs/proc"; fi
 
@@ -104,18 +177,17 @@ EOF
         "$rootfs"/var/log/*.log "$rootfs"/var/log/apt/* "$rootfs"/root/.cache
     find "$rootfs" -xdev -name __pycache__ -type d -prune -exec rm -rf {} +
     : > "$rootfs/etc/resolv.conf"
-    cat > "$rootfs/etc/rlbox-cann-standin" <<'EOF'
-rlbox CANN stand-in rootfs: Ubuntu 22.04 (jammy, debootstrap minbase) with Python 3.11 from
-jammy-updates as python3 (venv, pip). No CANN at all; the per-version stand-in images built
+    cat > "$rootfs/etc/rlbox-cann-standin" <<EOF
+rlbox CANN stand-in rootfs ($debarch): $os_name, debootstrap minbase, with Python 3.11 from
+$python_from as python3 (venv, pip). No CANN at all; the per-version stand-in images built
 FROM it add a placeholder /usr/local/Ascend tree. Made by tools/make-cann-standin.sh.
 EOF
 
-    tar -C "$rootfs" --numeric-owner -c . | docker import \
-        -c 'CMD ["/bin/bash"]' \
-        -c 'ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        -c 'ENV LANG=C.UTF-8' \
-        -c 'LABEL io.rlbox.standin="rootfs of the rlbox CANN stand-ins: Ubuntu 22.04 + Python 3.11, no CANN"' \
-        - "$rootfs_image" >/dev/null
+    # A FROM-scratch build (not `docker import`, which records the engine's own architecture whatever
+    # --platform says): the image's config names $platform, so BuildKit finds it locally for that platform.
+    mkdir -p "$work/import"
+    tar -C "$rootfs" --numeric-owner -c . > "$work/import/rootfs.tar"
+    import_rootfs "$work/import"
     rm -rf "$rootfs"
     echo "made $rootfs_image"
 }
@@ -182,13 +254,16 @@ export PATH=${ATB_HOME_PATH}/bin${PATH:+:${PATH}}
 unset _rlbox_cxx_abi _rlbox_arg
 EOF
 
-standin_text="stand-in of quay.io/ascend/cann:${version,,}-910b-ubuntu22.04-py3.11 for rlbox rehearsal builds: real Ubuntu 22.04 and Python 3.11, NO CANN binaries, compilers or driver libraries"
+# Chip-independent by default (nothing in it is chip-specific): the A2 and A3 stand-ins of one CANN
+# version are then the same image, and their rehearsals share every layer up to the first that differs.
+real=${real:-quay.io/ascend/cann:${version,,}-<chip>-ubuntu22.04-py3.11 (any chip)}
+standin_text="stand-in of $real for rlbox rehearsal builds: real $os_name ($debarch) and Python 3.11, NO CANN binaries, compilers or driver libraries"
 cat > "$ctx/etc/rlbox-cann-standin" <<EOF
-This image is an rlbox STAND-IN of quay.io/ascend/cann:${version,,}-910b-ubuntu22.04-py3.11, made
-by tools/make-cann-standin.sh for rehearsal builds on machines that cannot pull the real image.
-What is real: Ubuntu 22.04 (jammy, debootstrap minbase, apt sources for jammy, -updates and
--security) and Python 3.11 from jammy-updates as python3/python3.11 in /usr/local/bin, with venv
-and pip. What is absent: every CANN binary, library, compiler (ccec), operator package, kernel
+This image is an rlbox STAND-IN of $real, made by tools/make-cann-standin.sh
+for rehearsal builds on machines that cannot pull the real image.
+What is real: $os_name ($debarch; debootstrap minbase, with its apt sources) and Python 3.11
+from the distribution's own packages as python3/python3.11 in /usr/local/bin, with venv and pip.
+What is absent: every CANN binary, library, compiler (ccec), operator package, kernel
 and driver library; /usr/local/Ascend (CANN $version) holds only empty directories, version files
 and set_env.sh scripts that export the same variables as the real ones. Nothing built on it can
 run on an NPU.
@@ -204,5 +279,5 @@ LABEL io.rlbox.standin="$standin_text" io.rlbox.cann="$version"
 CMD ["/bin/bash"]
 EOF
 echo "building $image FROM $rootfs_image"
-docker build -q -t "$image" "$ctx" >/dev/null
+docker build -q --network none --platform "$platform" -t "$image" "$ctx" >/dev/null
 echo "made $image  ($standin_text)"

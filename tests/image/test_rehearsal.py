@@ -126,3 +126,27 @@ def test_run_time_modules_come_from_the_recipe(overrides, reaches, expected):
         assert got[0] == "verl.workers.fsdp_workers"
     else:
         assert got == expected
+
+
+def test_an_arm64_variant_rehearses_on_its_own_debian_stand_in(m):
+    p = rehearsal.plan(m, "verl_pt27_cann82rc1:a3-arm", RECIPES)
+    assert p.base == "rlbox/cann-standin:8.2.rc1-a3-debian12-py3.11-arm64"
+    assert p.real_base == "quay.io/ascend/cann:8.2.rc1-a3-ubuntu22.04-py3.11"
+    assert p.build.platform == "linux/arm64" and "--platform" in p.build.argv
+    assert p.standin.os == "debian12"  # its OS packages: .rlbox-sources/debs/debian12-aarch64
+    assert p.standin.script_args("8.2.RC1") == ["--platform", "linux/arm64", "--os", "debian12", "8.2.RC1", p.base]
+    assert "substitution: base rlbox/cann-standin:8.2.rc1-a3-debian12-py3.11-arm64 for quay.io/ascend/cann:8.2.rc1-a3" \
+           "-ubuntu22.04-py3.11: Debian 12 (bookworm) arm64 with Python 3.11" in p.describe()
+    # A2's arm64 stand-in never takes the tag of the x86 one (both are 910b images of CANN 8.2.RC1)
+    a2, ax = rehearsal.plan(m, "verl_pt27_cann82rc1:a2-arm", RECIPES), rehearsal.plan(m, "verl_pt27_cann82rc1:ax-x86", RECIPES)
+    assert a2.base == "rlbox/cann-standin:8.2.rc1-910b-debian12-py3.11-arm64"
+    assert ax.base == "rlbox/cann-standin:8.2.rc1-910b-ubuntu22.04-py3.11" and ax.standin.os == "ubuntu22.04"
+
+
+def test_a_python_the_debian_stand_in_lacks_is_built_from_ubuntus_source_on_top_of_it(m):
+    p = rehearsal.plan(m, "verl_pt27_25rc3:a3-arm", RECIPES)
+    assert p.base == "rlbox/cann-standin:8.3.rc1-a3-debian12-py3.11-cpython3.10-arm64"
+    assert p.standin.os_image == "rlbox/cann-standin:8.3.rc1-a3-debian12-py3.11-arm64"
+    assert p.standin.script_args("8.3.RC1")[-1] == p.standin.os_image
+    assert "plus CPython 3.10.12 as /usr/bin/python3.10, built from Ubuntu jammy-updates' python3.10" in p.describe()
+    assert rehearsal.plan(m, "verl_pt27_25rc3:ax-x86", RECIPES).standin.os_image == ""  # Ubuntu has python3.10

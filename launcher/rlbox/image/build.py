@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rlbox.core import quote
 from rlbox.core.errors import RlboxError
-from rlbox.image import lockfile, mirrors, render, sources
+from rlbox.image import emulation, lockfile, mirrors, render, sources
 from rlbox.image.matrix import Matrix, ResolvedVariant
 from rlbox.image.mirrors import SOURCES_DIR
 
@@ -237,6 +237,7 @@ def execute(build: BuildPlan, *, echo=None) -> None:
     docker = build.argv[0]
     if shutil.which(docker) is None:
         raise RlboxError(f"`{docker}` not found: install the Docker CLI with the buildx plugin")
+    require_platform(build.platform, docker)
     probe = subprocess.run([docker, "buildx", "version"], capture_output=True, text=True)
     if probe.returncode != 0:
         raise RlboxError("docker buildx is not available: install the buildx plugin (see README, 'Set up')")
@@ -260,6 +261,14 @@ def execute(build: BuildPlan, *, echo=None) -> None:
         if cause is None:
             cause = _generic_cause(tail)
         raise RlboxError(f"build of {build.ref} failed: {cause}", exit_code=1)
+
+
+def require_platform(platform: str, docker: str = "docker") -> None:
+    """Stop before BuildKit, in one line naming what to install, when nothing here builds ``platform``
+    (another architecture without emulation or a builder of that architecture)."""
+    problem = emulation.judge(platform, emulation.gather(docker))
+    if problem:
+        raise RlboxError(problem)
 
 
 def _generic_cause(tail) -> str:

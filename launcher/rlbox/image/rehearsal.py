@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlbox.core.errors import RlboxError, last_line
-from rlbox.image import build, sources
+from rlbox.image import build, emulation, sources
 from rlbox.image.matrix import Matrix, ResolvedVariant
 
 STANDIN_REPO = "rlbox/cann-standin"
@@ -51,6 +52,7 @@ class RehearsalPlan:
     entries: tuple[tuple[str, str, tuple[str, ...]], ...]  # (recipe, entry module, run-time modules)
     expected_versions: dict[str, str]  # distribution -> version its release reports
     build: build.BuildPlan = field(repr=False)
+    standin: Standin | None = None
 
     def describe(self) -> str:
         lines = [f"rehearsal of {self.ref} -> {self.tag}",
@@ -67,11 +69,56 @@ class RehearsalPlan:
         return {"ref": self.ref, "real_base": self.real_base, "base": self.base, "tag": self.tag,
                 "settings": dict(self.settings), "substitutions": list(self.substitutions),
                 "missing": list(self.missing), "entries": [[r, m, list(x)] for r, m, x in self.entries],
-                "expected_versions": dict(self.expected_versions), "build": self.build.as_dict()}
+                "expected_versions": dict(self.expected_versions), "build": self.build.as_dict(),
+                "platform": self.build.platform, "base_os": self.standin.os if self.standin else None}
+
+
+@dataclass(frozen=True)
+class Standin:
+    """The CANN stand-in base for one variant, made by tools/make-cann-standin.sh (and, for a Python
+    the stand-in's OS does not package, tools/make-python310-standin.sh on top of it)."""
+    image: str
+    os: str          # its /etc/os-release ID+VERSION_ID: where an offline build finds its OS packages
+    platform: str
+    what: str        # what it is, for the substitution line
+    os_image: str = ""  # the plain stand-in (the OS, Python 3.11, the CANN tree) when ``image`` adds a Python to it
+
+    def script_args(self, cann: str) -> list[str]:
+        return ["--platform", self.platform, "--os", self.os, cann, self.os_image or self.image]
+
+
+# Per platform: the OS the stand-in is debootstrapped from. Ubuntu 22.04 is the real base's OS; Ubuntu's
+# arm64 archive (ports.ubuntu.com) is not reachable from every build machine, Debian's is, and Debian 12
+# has the base's Python 3.11 as a package (the script handles what differs: see its debian_fixups).
+STANDIN_OS = {
+    "linux/amd64": ("ubuntu22.04", "Ubuntu 22.04 with Python 3.11 (Ubuntu's 3.11.0rc1 package)"),
+    "linux/arm64": ("debian12", "Debian 12 (bookworm) arm64 with Python 3.11 (Debian's package; Ubuntu's arm64 archive is "
+                                "not reachable here), run under QEMU emulation on a non-arm64 machine"),
+}
+# The release Pythons the real Dockerfiles install from Ubuntu 22.04's packages, which a Debian 12 stand-in
+# lacks: built from Ubuntu's own source package instead (tools/make-python310-standin.sh).
+FROM_SOURCE = {
+    ("debian12", "3.10"): "CPython 3.10.12 as /usr/bin/python3.10, built from Ubuntu jammy-updates' python3.10 "
+                          "3.10.12-1~22.04.18 source (cross-compiled for aarch64; no arm64 Python 3.10 package is "
+                          "reachable here), with empty python3.10/-venv/-dev packages standing in for Ubuntu's",
+}
+
+
+def standin(v: ResolvedVariant) -> Standin:
+    os_name, what = STANDIN_OS.get(v.platform, STANDIN_OS["linux/amd64"])
+    tag = v.base_image.rsplit(":", 1)[1]
+    if os_name != v.release.os:
+        tag = tag.replace(v.release.os, os_name)
+    arch = f"-{v.platform.rsplit('/', 1)[1]}" if v.platform != "linux/amd64" else ""  # never the x86 one's tag
+    extra = FROM_SOURCE.get((os_name, v.release.python))
+    if extra:
+        return Standin(f"{STANDIN_REPO}:{tag}-cpython{v.release.python}{arch}", os_name, v.platform,
+                       f"{what}, plus {extra}", f"{STANDIN_REPO}:{tag}{arch}")
+    return Standin(f"{STANDIN_REPO}:{tag}{arch}", os_name, v.platform, what)
 
 
 def standin_base(v: ResolvedVariant) -> str:
-    return f"{STANDIN_REPO}:{v.base_image.rsplit(':', 1)[1]}"
+    return standin(v).image
 
 
 def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | None = None) -> RehearsalPlan:
@@ -81,8 +128,9 @@ def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | Non
         raise RlboxError(f"{ref} has no CANN base to stand in for: build it for real with `rlbox build {ref}`")
     if v.lock.state != "fresh" or not v.lock.pip:
         raise RlboxError(f"{v.lock.path}: {ref} has no complete lock ({v.lock.state}): run `rlbox lock {ref}` first")
-    base = standin_base(v)
-    subs = [f"base {base} for {v.base_image}: Ubuntu 22.04 with Python 3.11 (Ubuntu's 3.11.0rc1 package), a CANN tree of empty "
+    sb = standin(v)
+    base = sb.image
+    subs = [f"base {base} for {v.base_image}: {sb.what}, a CANN tree of empty "
             "directories and set_env.sh scripts (tools/make-cann-standin.sh); no CANN binary, compiler or driver",
             *v.lock.substitutions()]
     entries = []
@@ -99,12 +147,12 @@ def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | Non
         dist, version = pin.split("==", 1)
         expected[dist] = version
     tag = f"localhost/rlbox-rehearsal/{v.release.image.name}:{v.tag}"
-    missing = tuple(sources.missing(v))
+    missing = tuple(sources.missing(v, base_os=sb.os))
     plan_ = build.plan(v, base_image=base, tags=(tag,), ca_bundle=ca_bundle, offline=True, require_sources=False,
                        rehearsal=tuple(build.REHEARSAL_SETTINGS), revision=build.source_revision(m.root))
     settings = {**build.REHEARSAL_SETTINGS, **CHECK_SETTINGS}
     return RehearsalPlan(ref, v.base_image, base, tag, settings, tuple(subs), missing,
-                         tuple(entries), expected, plan_)
+                         tuple(entries), expected, plan_, sb)
 
 
 def runtime_modules(recipe: dict) -> tuple[str, ...]:
@@ -181,6 +229,11 @@ def judge(p: RehearsalPlan, facts: dict[str, Any]) -> Report:
                 lines.append(f"     {r['state']:<11} {name}: {r.get('error', '')[:160]}")
         for name, r in sorted(lazy_bad.items()):
             lines.append(f"     lazy {r['state']:<6} {name}: {r.get('error', '')[:160]}")
+    timing = facts.get("timing")
+    if timing:
+        size = timing.get("image_bytes")
+        lines.append(f"     took: build {timing.get('build_s')} s, checks {timing.get('checks_s')} s on {p.build.platform}; "
+                     f"image {f'{size / 1e9:.2f} GB' if size else 'size unknown'}")
     return Report(p.ref, ok, lines, facts)
 
 
@@ -189,16 +242,26 @@ def judge(p: RehearsalPlan, facts: dict[str, Any]) -> Report:
 
 
 def ensure_base(p: RehearsalPlan, root: Path, cann: str, echo) -> None:
-    if subprocess.run(["docker", "image", "inspect", p.base], capture_output=True).returncode == 0:
+    def present(image: str) -> bool:
+        return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+
+    if present(p.base):
         return
-    echo(f"making the CANN stand-in base {p.base} (tools/make-cann-standin.sh)")
-    proc = subprocess.run(["bash", str(root / "tools" / "make-cann-standin.sh"), cann, p.base], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RlboxError(f"tools/make-cann-standin.sh {cann} failed: {last_line(proc.stderr or proc.stdout)}")
+    sb = p.standin or Standin(p.base, "", "", "")
+    steps = []
+    if not present(sb.os_image or sb.image):
+        steps.append(("make-cann-standin.sh", p.standin.script_args(cann) if p.standin else [cann, p.base]))
+    if sb.os_image:
+        steps.append(("make-python310-standin.sh", [sb.os_image, sb.image]))
+    for script, args in steps:
+        echo(f"making the CANN stand-in base {args[-1]} (tools/{script})")
+        proc = subprocess.run(["bash", str(root / "tools" / script), *args], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RlboxError(f"tools/{script} for {args[-1]} failed: {last_line(proc.stderr or proc.stdout)}")
 
 
 def run_in(image: str, argv: list[str], *, mounts: dict[str, str] | None = None,
-           env: dict[str, str] | None = None) -> tuple[int, str]:
+           env: dict[str, str] | None = None, timeout: int = 1800) -> tuple[int, str]:
     import docker
 
     client = docker.from_env()
@@ -208,7 +271,7 @@ def run_in(image: str, argv: list[str], *, mounts: dict[str, str] | None = None,
         volumes={host: {"bind": inside, "mode": "ro"} for host, inside in (mounts or {}).items()},
     )
     try:
-        code = box.wait(timeout=1800)["StatusCode"]
+        code = box.wait(timeout=timeout)["StatusCode"]
         out = box.logs(stdout=True, stderr=True).decode("utf-8", "replace")
     finally:
         box.remove(force=True)
@@ -236,10 +299,12 @@ print(json.dumps({"versions": out, "source_versions": src}))
 
 def check(p: RehearsalPlan) -> dict[str, Any]:
     facts: dict[str, Any] = {}
-    code, out = run_in(p.tag, ["rlbox-verify", "/etc/rlbox/image.json"])
+    # Under emulation every import runs through QEMU: allow it four times as long.
+    wait = 1800 if emulation.native(p.build.platform) else 4 * 1800
+    code, out = run_in(p.tag, ["rlbox-verify", "/etc/rlbox/image.json"], timeout=wait)
     facts["verify"] = {"code": code, "output": out}
-    facts["pip_check"] = run_in(p.tag, ["python3", "-m", "pip", "check"])[1]
-    code, out = run_in(p.tag, ["python3", "-c", VERSIONS, *p.expected_versions])
+    facts["pip_check"] = run_in(p.tag, ["python3", "-m", "pip", "check"], timeout=wait)[1]
+    code, out = run_in(p.tag, ["python3", "-c", VERSIONS, *p.expected_versions], timeout=wait)
     facts.update(json.loads(out.strip().splitlines()[-1]) if code == 0 else {"versions": {}, "versions_error": out[-300:]})
     facts["imports"] = {}
     for recipe, module, extra in p.entries:
@@ -249,7 +314,7 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
         for name in extra:
             argv += ["--runtime", name]
         code, out = run_in(p.tag, [*argv, module, "vllm_ascend"], mounts={str(SCRIPT.parent): "/opt/rlbox/check"},
-                           env={"VLLM_PLUGINS": ""})
+                           env={"VLLM_PLUGINS": ""}, timeout=wait)
         start = out.find("{")
         try:
             facts["imports"][recipe] = json.loads(out[start:]) if start >= 0 else {"modules": {}}
@@ -261,10 +326,23 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
 def execute(m: Matrix, p: RehearsalPlan, *, ca_bundle: Path | None = None, echo=None) -> Report:
     echo = echo or print
     v = m.get(p.ref)
+    build.require_platform(p.build.platform)  # the stand-in is made under the same emulation as the build
     ensure_base(p, m.root, v.release.cann.version, echo)
-    if sources.missing(v):
+    base_os = p.standin.os if p.standin else None
+    if sources.missing(v, base_os=base_os):
         echo(f"filling the source cache for {p.ref}")
-        sources.fetch(v, ca_bundle=ca_bundle, base_image=p.base, echo=echo)
+        sources.fetch(v, ca_bundle=ca_bundle, base_image=p.base, base_os=base_os, echo=echo)
+    started = time.monotonic()
     build.execute(p.build, echo=echo)
+    took = time.monotonic() - started
     echo(f"checking {p.tag}")
-    return judge(p, check(p))
+    started = time.monotonic()
+    facts = check(p)
+    facts["timing"] = {"build_s": round(took, 1), "checks_s": round(time.monotonic() - started, 1),
+                       "image_bytes": image_size(p.tag)}
+    return judge(p, facts)
+
+
+def image_size(tag: str) -> int | None:
+    out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", tag], capture_output=True, text=True)
+    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None

@@ -41,8 +41,10 @@ def wheel_dir(dest: Path, v: ResolvedVariant) -> Path:
     return dest / "wheels" / f"{v.arch}-py{v.release.python}"
 
 
-def deb_dir(dest: Path, v: ResolvedVariant) -> Path:
-    return dest / "debs" / f"{v.release.os}-{v.arch}"
+def deb_dir(dest: Path, v: ResolvedVariant, base_os: str | None = None) -> Path:
+    """The OS packages for ``v``'s base: named by the base's OS (``base_os``, the ID+VERSION_ID of its
+    /etc/os-release, as the in-image installer reads it; a stand-in base may differ from the manifest's)."""
+    return dest / "debs" / f"{base_os or v.release.os}-{v.arch}"
 
 
 def sdist_dir(dest: Path) -> Path:
@@ -58,7 +60,7 @@ def standin_of(v: ResolvedVariant, name: str) -> dict | None:
     return v.lock.git.get(name, {}).get("standin")
 
 
-def missing(v: ResolvedVariant, dest: Path | None = None) -> list[str]:
+def missing(v: ResolvedVariant, dest: Path | None = None, *, base_os: str | None = None) -> list[str]:
     """What an offline build of ``v`` would not find in the cache (paths relative to it)."""
     dest = dest or default_dest(v)
     out = []
@@ -75,8 +77,8 @@ def missing(v: ResolvedVariant, dest: Path | None = None) -> list[str]:
     absent = [p["file"] for p in v.lock.pip.values() if not (wheels / p["file"]).is_file()]
     if absent:
         out.append(f"{wheels.relative_to(dest)}/{absent[0]}" + (f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""))
-    if v.package_manager == "apt" and not (deb_dir(dest, v) / "Packages").is_file():
-        out.append(str(deb_dir(dest, v).relative_to(dest)))
+    if v.package_manager == "apt" and not (deb_dir(dest, v, base_os) / "Packages").is_file():
+        out.append(str(deb_dir(dest, v, base_os).relative_to(dest)))
     return out
 
 
@@ -95,7 +97,8 @@ def _run(argv, what: str, **kw) -> subprocess.CompletedProcess:
 
 
 def fetch(v: ResolvedVariant, dest: Path | None = None, *, profile: Profile | None = None,
-          ca_bundle: Path | None = None, base_image: str | None = None, echo=None) -> Fetched:
+          ca_bundle: Path | None = None, base_image: str | None = None, base_os: str | None = None,
+          echo=None) -> Fetched:
     echo = echo or (lambda line: None)
     dest = (dest or default_dest(v)).resolve()
     if v.lock.state != "fresh":
@@ -114,7 +117,7 @@ def fetch(v: ResolvedVariant, dest: Path | None = None, *, profile: Profile | No
         else:
             git.append(fetch_git(c, c.spec.commit, dest, profile=profile, echo=echo).name)
     wheels = fetch_locked(v, dest, ca_bundle, echo)
-    debs = _fetch_debs(v, dest, profile, base_image, echo) if v.package_manager == "apt" else 0
+    debs = _fetch_debs(v, dest, profile, base_image, base_os, echo) if v.package_manager == "apt" else 0
     return Fetched(git, wheels, debs)
 
 
@@ -232,15 +235,16 @@ def fetch_locked(v: ResolvedVariant, dest: Path, ca_bundle: Path | None, echo) -
     return len(pkgs)
 
 
-def _fetch_debs(v: ResolvedVariant, dest: Path, profile: Profile | None, base_image: str | None, echo) -> int:
-    target = deb_dir(dest, v)
+def _fetch_debs(v: ResolvedVariant, dest: Path, profile: Profile | None, base_image: str | None,
+                base_os: str | None, echo) -> int:
+    target = deb_dir(dest, v, base_os)
     target.mkdir(parents=True, exist_ok=True)
     image = base_image or (profile.image(v.locked_base_image) if profile else v.locked_base_image)
     echo(f"debs: {len(v.system_packages)} OS packages and their dependencies, downloaded in {image}")
     files = v.root / "templates" / "files"
     argv = ["docker", "run", "--rm", "--platform", v.platform, "--entrypoint", "bash",
             "-v", f"{files}:/opt/rlbox/lib:ro", "-v", f"{target}:/out"]
-    apt = profile.apt_for(v.release.os, v.arch) if profile else None
+    apt = profile.apt_for(base_os or v.release.os, v.arch) if profile else None
     if apt:
         argv += ["-e", f"APT_MIRROR={apt}"]
     argv += [image, "/opt/rlbox/lib/rlbox-system-packages", "apt", "--download-to", "/out", *v.system_packages]
