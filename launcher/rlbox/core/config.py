@@ -271,7 +271,8 @@ def load_file(path: Path, model: type[BaseModel], where: str | None = None, *, f
 INT32 = 2**31 - 1
 HEX40 = re.compile(r"[0-9a-f]{40}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
-URL_SCHEMES = ("https", "http", "file")
+# git sources may be served by a git daemon (git://) or over ssh; never ext:: or fd:: (git runs a command)
+URL_SCHEMES = ("https", "http", "file", "git", "ssh")
 
 
 def _matching(pattern: re.Pattern, what: str):
