@@ -194,9 +194,15 @@ def test_replace_after_kill_9_then_racing_replaces_then_head_lost_and_the_detach
         assert f"rlbox-claim-run-{name}" in claim_names and not any(n.endswith("-starting") for n in claim_names)
         assert [b.status for b in docker.from_env().containers.list(filters={"label": f"io.rlbox.run={name}"})] == ["running"]
     # (h) the detached winner's log, kept under the run dir by `status`
-    status = rlbox("status", "--name", name, "--runs-dir", runs, "--json")
-    assert status.returncode == 0, status.stderr
+    # (the job may not have printed yet when the race ends: `status` copies what the head has, so ask again)
     log = Path(_state(runs, name)["log"])
+    deadline = time.monotonic() + 120
+    while True:
+        status = rlbox("status", "--name", name, "--runs-dir", runs, "--json")
+        assert status.returncode == 0, status.stderr
+        if log.is_file() and "line3" in log.read_text() or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     assert log.parent == runs / name and "trial2-racer" in log.read_text() and "line3" in log.read_text()
     # (g) the head dies: `logs -f` ends naming it, `status` tells the truth
     head = docker.from_env().containers.get(_state(runs, name)["nodes"][0]["container"])
