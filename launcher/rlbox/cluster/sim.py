@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from rlbox.core.errors import RlboxError
@@ -70,11 +72,17 @@ def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str, chip
     if hardware not in CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
     folder.mkdir(parents=True, exist_ok=True)
+    # the device listing is made aside and renamed into place: two starts of one run name at once
+    # (racing --replace) write the same host's folder before the start lock decides between them
     dev = folder / "dev"
-    shutil.rmtree(dev, ignore_errors=True)
-    dev.mkdir()
+    made = Path(tempfile.mkdtemp(prefix=".dev-", dir=folder))
     for name in [f"davinci{i}" for i in range(devices)] + ["davinci_manager", "devmm_svm", "hisi_hdc"]:
-        (dev / name).touch()
+        (made / name).touch()
+    shutil.rmtree(dev, ignore_errors=True)
+    try:
+        os.rename(made, dev)
+    except OSError:  # another start put its listing there first: the same host, the same devices
+        shutil.rmtree(made, ignore_errors=True)
     (folder / "driver" / "lib64").mkdir(parents=True, exist_ok=True)
     (folder / "dcmi").mkdir(exist_ok=True)
     (folder / "driver" / "version.info").write_text(
