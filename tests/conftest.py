@@ -125,24 +125,17 @@ def sim_image(engine):
 
 
 @pytest.fixture(scope="session")
-def workflow_image(sim_image, tmp_path_factory):
-    """The workflow test image (tests/workflow_image.py), built once through `rlbox build` when
-    no image of its current manifest digest is on the engine."""
-    from support import workflow_image as wf
+def cpu_release_image(engine, tmp_path_factory):
+    """The verl_cpu release (CPU torch, Ray, transformers, pyarrow, verl 0.5.0; tests/support/verl_cpu.py),
+    built once through `rlbox build` when no image of its current content digest is on the engine:
+    the image `rlbox data prepare` and `rlbox merge` run in, and a simulated node's image."""
+    from support import verl_cpu
 
-    image = wf.image()
-    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0:
-        return image
-    wheel = wf.torch_wheel()
-    if wheel is None:
-        msg = "no CPU torch 2.13.0 wheel on this machine (/opt/wheels) to build the workflow test image"
+    proc = verl_cpu.build(tmp_path_factory.mktemp("cpu-index"))
+    if proc is None:
+        msg = "no CPU torch 2.13.0 wheel on this machine (/opt/wheels) to build verl_cpu"
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg)
-    base = tmp_path_factory.mktemp("workflow")
-    with wf.WheelIndex(base / "index", wheel):
-        tree = wf.make_tree(base / "rlbox")
-        proc = rlbox("build", f"workflow:{wf.VARIANT}", "--network", "host", "--tag", image,
-                     "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt", cwd=tree)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return image
+    return verl_cpu.release_tag()

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from support.workflow_image import WheelIndex, torch_wheel  # noqa: E402
+from support.wheel_index import WheelIndex, torch_wheel  # noqa: E402
 
 
 def main() -> int:

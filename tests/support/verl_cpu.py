@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from support.hub import Hub
-from support.workflow_image import REPO, WheelIndex, torch_wheel
+from support.wheel_index import REPO, WheelIndex, torch_wheel
 
 INDEX_PORT = 23461  # images/verl_cpu.yaml components.torch.index_url
 STANDIN = "verl-cpu-shims"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import sys
 import time
@@ -32,14 +31,8 @@ SIM = ("--sim", "--nodes", "2")  # the cluster: swap for the testbed's options
 
 
 @pytest.fixture(scope="module")
-def cpu_image(engine, tmp_path_factory):
-    proc = verl_cpu.build(tmp_path_factory.mktemp("vl-index"))
-    if proc is None:
-        msg = "no CPU torch 2.13.0 wheel on this machine (/opt/wheels) to build verl_cpu"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+def cpu_image(cpu_release_image):
+    """The release with the verl-cpu-shims stand-in on top (built with it by the session fixture)."""
     return verl_cpu.image()
 
 

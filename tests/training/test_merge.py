@@ -1,6 +1,6 @@
 """rlbox merge on a real FSDP2 checkpoint spread over two simulated nodes' disks.
 
-The workflow test image (CPU torch, transformers, verl's wheel; tests/workflow_image.py) is the
+The workflow test image (CPU torch, transformers, verl's wheel; tests/cpu_release_image.py) is the
 node image. A real `rlbox run --sim` on two nodes, each with its own host folder mounted at
 /ckpt (its "local disk"), runs tests/fixtures/workflow/fake_trainer.py as the job: every node
 writes the FSDP2 shards of the ranks it held, as verl's workers do. Then `rlbox merge` finds the
@@ -39,7 +39,7 @@ def leftovers(prefix: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def trained(workflow_image, tmp_path_factory):
+def trained(cpu_release_image, tmp_path_factory):
     """A finished two-node simulated run that saved step 2 across both nodes' disks."""
     base = tmp_path_factory.mktemp("merge")
     disks = [base / "disk0", base / "disk1"]
@@ -56,7 +56,7 @@ def trained(workflow_image, tmp_path_factory):
     # The run is not named t-*: test_launcher removes every t-* run it finds on the engine.
     # One NPU per node keeps FSDP at two CPU processes per node; no real A3 host has one, so the
     # pre-flight device-count check is skipped (--no-doctor).
-    proc = rlbox("run", "--sim", "--cluster", cluster, "--image", workflow_image, "--devices", "1", "--name", "wf-merge",
+    proc = rlbox("run", "--sim", "--cluster", cluster, "--image", cpu_release_image, "--devices", "1", "--name", "wf-merge",
                  "--runs-dir", runs, "--timeout", "180", "--num-cpus", "2", "--no-doctor",
                  "--", "python3", FIXTURES / "fake_trainer.py", "trainer.default_local_dir=/ckpt/demo/exp",
                  "trainer.total_training_steps=2")
@@ -65,7 +65,7 @@ def trained(workflow_image, tmp_path_factory):
     return base, disks, runs
 
 
-def test_missing_rank_and_step_are_one_line(trained, workflow_image):
+def test_missing_rank_and_step_are_one_line(trained, cpu_release_image):
     base, disks, runs = trained
     shard = disks[1] / "demo/exp/global_step_2/actor/model_world_size_2_rank_1.pt"
     hidden = shard.with_name("hidden.pt")
@@ -85,7 +85,7 @@ def test_missing_rank_and_step_are_one_line(trained, workflow_image):
     assert leftovers("rlbox-merge-") == []
 
 
-def test_merge_gathers_shards_and_equals_the_original(trained, workflow_image):
+def test_merge_gathers_shards_and_equals_the_original(trained, cpu_release_image):
     base, disks, runs = trained
     dry = rlbox("merge", "wf-merge", "--step", "2", "--runs-dir", runs, "--dry-run")
     assert dry.returncode == 0, dry.stderr
