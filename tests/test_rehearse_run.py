@@ -52,6 +52,9 @@ def test_the_verdict_needs_the_job_the_restart_the_resume_every_step_and_the_mer
     assert not bad["ok"] and bad["failure"]["exception"] == "AttributeError"
     assert [k for k, v in bad["checks"].items() if not v] == list(bad["checks"])  # every check failed
     assert not rr.judge(0, out, [1, 2, 3, 5], 0, "", 5)["ok"]  # a step missing from the metrics
+    held = rr.judge(1, "rlbox: error: NPU 5 of sim0 is held by run 'x' (id 1); choose other NPUs\n", [], None, "", 5)
+    assert held["failure"] == {"exception": "rlbox error", "message": "NPU 5 of sim0 is held by run 'x' (id 1); choose other NPUs",
+                               "frame": "rlbox run", "verl_frame": None}
 
 
 def test_key_lines_keep_rlboxs_and_verls_milestones_and_cut_step_lines():

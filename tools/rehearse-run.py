@@ -104,6 +104,10 @@ def judge(run_code: int | None, output: str, steps: list[int], merge_code: int |
         "verl's model_merger merged the shards": merge_code == 0,
     }
     failure = None if run_code == 0 else first_failure(output)
+    if run_code != 0 and failure is None:  # rlbox stopped it before verl ran: its own one-line error
+        said = [ln.split("rlbox: error: ", 1)[1] for ln in output.splitlines() if "rlbox: error: " in ln]
+        if said:
+            failure = {"exception": "rlbox error", "message": said[-1][:400], "frame": "rlbox run", "verl_frame": None}
     return {"ok": all(checks.values()), "checks": checks, "resumed_from": int(resumed.group(1)) if resumed else None,
             "failure": failure, "merge_line": next((ln for ln in merge_out.splitlines() if "merged step" in ln), None)}
 
