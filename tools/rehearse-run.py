@@ -44,6 +44,7 @@ KEY = re.compile(r"stand-in: |job overrides valid|All configuration checks passe
                  r"(?<![\w/])step:\d+ - |lost: |restart \d+/\d+|cluster ready|Load from checkpoint|Setting global step|"
                  r"Resuming from|job rlbox-\S+ (SUCCEEDED|FAILED|STOPPED)|rlbox: (error|run)|"
                  r"Processing model shards|Saving model to|merged step")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its workers' prefixes
 FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 EXC = re.compile(r"^(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt))"
                  r"(?::\s*(.*))?$")
@@ -265,6 +266,7 @@ def main() -> int:
             figures["node killed at (s)"] = round(time.monotonic() - started, 1)
             killed = True
     code = proc.wait()
+    lines = [ANSI.sub("", line) for line in lines]
     figures["job wall time (s)"] = round(time.monotonic() - started, 1)
     output = "".join(lines)
 
@@ -287,8 +289,7 @@ def main() -> int:
         commands.append(f"rlbox triage {RUN} --runs-dir {runs}")
         triage = tri.stdout + tri.stderr
         # the job's own log: the whole traceback (the run's output may show only its end)
-        logs = sorted((runs / RUN).rglob("*.log"))
-        output += "".join(log.read_text(errors="replace") for log in logs if "job" in log.parts or log.name.startswith("job"))
+        output += ANSI.sub("", "".join(log.read_text(errors="replace") for log in sorted((runs / RUN).glob("*.log"))))
     return write(args, p, image, commands, figures, code, output, steps, merge_code, merge_out, triage)
 
 

@@ -28,12 +28,13 @@ def test_the_cpu_shims_stand_in_is_a_labelled_layer_under_its_own_tag(m):
 @pytest.mark.parametrize("ref, verl, shims, env", [
     # release verl_cpu: verl 0.5.0 from PyPI, no torch_npu
     ("verl_cpu:amd64", "0.5.0", "nccl-backend-gloo,process-group-gloo,torch-cpu-memory,cpu-offload-unpinned,hf-rollout-n1", ""),
-    # the flagship: verl@796871d (one more blocker: .shard() on FSDP2), torch_npu installed without CANN
+    # the flagship: verl@796871d (two more blockers: AVG on torch 2.7.1's gloo, .shard() on FSDP2), torch_npu
+    # installed without CANN
     ("verl_pt27_25rc3:ax-x86", "796871d",
-     "nccl-backend-gloo,process-group-gloo,torch-cpu-memory,cpu-offload-unpinned,hf-rollout-n1,fsdp2-shard",
+     "nccl-backend-gloo,process-group-gloo,torch-cpu-memory,cpu-offload-unpinned,hf-rollout-n1,gloo-avg,fsdp2-shard",
      " TORCH_DEVICE_BACKEND_AUTOLOAD=0 RLBOX_HIDE_TORCH_NPU=1"),
     ("verl_pt27_25rc3:a3-arm", "796871d",
-     "nccl-backend-gloo,process-group-gloo,torch-cpu-memory,cpu-offload-unpinned,hf-rollout-n1,fsdp2-shard",
+     "nccl-backend-gloo,process-group-gloo,torch-cpu-memory,cpu-offload-unpinned,hf-rollout-n1,gloo-avg,fsdp2-shard",
      " TORCH_DEVICE_BACKEND_AUTOLOAD=0 RLBOX_HIDE_TORCH_NPU=1"),
 ])
 def test_the_shims_are_the_ones_written_for_the_images_verl(m, ref, verl, shims, env):
@@ -51,7 +52,7 @@ def test_every_shim_names_its_lines_in_each_verl_it_is_written_for():
     assert s.verls == ("0.5.0", "796871d")
     for shim in s.shims:
         assert shim.where and all(".py:" in where for where in shim.where.values()), shim
-    assert [x.name for x in standins.shims_for(s, "796871d") if "0.5.0" not in x.where] == ["fsdp2-shard"]
+    assert [x.name for x in standins.shims_for(s, "796871d") if "0.5.0" not in x.where] == ["gloo-avg", "fsdp2-shard"]
 
 
 def test_a_stand_in_refuses_a_verl_it_is_not_written_for_and_unknown_names(m):
@@ -79,7 +80,7 @@ def test_every_shim_names_the_upstream_line_it_works_around():
     (s,) = standins.STANDINS.values()
     source = (standins.ROOT / s.name / "rlbox_verl_cpu_shims.py").read_text()
     shims = [block for block in source.split("\ndef shim_")[1:]]
-    assert len(shims) == len(s.shims) == 6
+    assert len(shims) == len(s.shims) == 7
     for block in shims:
         assert ".py:" in block.split("\n\n")[0], block[:200]
     for shim in s.shims:  # every shim rlbox plans is one the module knows by that name

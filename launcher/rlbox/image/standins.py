@@ -73,6 +73,9 @@ VERL_CPU_SHIMS = (
          "rollout.n times (n*n rows): it sees n=1",
          {"0.5.0": "workers/rollout/hf_rollout.py:88,140-143 vs trainer/ppo/ray_trainer.py:1163",
           "796871d": "workers/rollout/hf_rollout.py:88,140-143 vs trainer/ppo/ray_trainer.py:1134"}),
+    Shim("gloo-avg", "reduce_timing() all-reduces with ReduceOp.AVG, which torch 2.7.1's gloo rejects (\"Cannot use "
+         "ReduceOp.AVG with Gloo\"; the flagship's torch, not verl_cpu's 2.13): a SUM divided by the group's size",
+         {"796871d": "utils/profiler/performance.py:218"}),
     Shim("fsdp2-shard", "compute_ref_log_prob calls .shard() on an FSDP2 module on > 1 rank; FSDPModule's method is "
          "reshard(): shard() is given as reshard()",
          {"796871d": "workers/fsdp_workers.py:846"}),

@@ -48,6 +48,26 @@ def shim_distributed(mod):
     APPLIED.append("distributed.init_process_group(cpu:gloo,cpu:X)=gloo")
 
 
+def shim_gloo_avg(mod):
+    # verl@796871d verl/utils/profiler/performance.py:218 reduce_timing() (after every generate_sequences,
+    # fsdp_workers.py:759): all_reduce(op=ReduceOp.AVG). torch 2.7.1's gloo (the flagship's torch) raises
+    # "Cannot use ReduceOp.AVG with Gloo" (torch 2.13's, release verl_cpu's, takes it): on gloo, a SUM
+    # divided by the group's size, which is what AVG is.
+    orig = mod.all_reduce
+
+    def all_reduce(tensor, *args, **kwargs):
+        op = kwargs.get("op", args[0] if args else None)
+        group = kwargs.get("group", args[1] if len(args) > 1 else None)
+        async_op = kwargs.get("async_op", args[2] if len(args) > 2 else False)
+        if op == mod.ReduceOp.AVG and not async_op and mod.get_backend(group) == "gloo":
+            orig(tensor, op=mod.ReduceOp.SUM, group=group)
+            tensor.div_(mod.get_world_size(group))
+            return None
+        return orig(tensor, *args, **kwargs)
+    mod.all_reduce = all_reduce
+    APPLIED.append("distributed.all_reduce(AVG) on gloo = SUM / size")
+
+
 def shim_torch_cpu(mod):
     # torch.cpu lacks the memory calls verl makes unconditionally through get_torch_device():
     # fsdp_workers.py:695-696 (max_memory_*), :755 and hf_rollout.py:172 (empty_cache),
@@ -121,7 +141,7 @@ def shim_fsdp2_shard(mod):
 # module -> its shims (name as rlbox's plan knows it, function), applied after the module executes
 HOOKS = {
     "verl.utils.device": [("nccl-backend-gloo", shim_device)],
-    "torch.distributed": [("process-group-gloo", shim_distributed)],
+    "torch.distributed": [("process-group-gloo", shim_distributed), ("gloo-avg", shim_gloo_avg)],
     "torch.cpu": [("torch-cpu-memory", shim_torch_cpu)],
     "verl.utils.fsdp_utils": [("cpu-offload-unpinned", shim_fsdp_utils), ("fsdp2-shard", shim_fsdp2_shard)],
     "verl.workers.rollout.hf_rollout": [("hf-rollout-n1", shim_hf_rollout)],
