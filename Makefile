@@ -11,7 +11,7 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick docs rehearsal rehearsal-sim sim-image cpu-image rehearse-image arm64-emulation
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick docs rehearsal rehearsal-sim sim-image cpu-image rehearse-image rehearse-run arm64-emulation
 
 # `make help` lists every target, one a line (tests/test_make.py holds it to the rules below).
 help:
@@ -31,6 +31,7 @@ help:
 	@echo "make sim-image          the local Debian base + the simulation image rlbox_sim (make rehearsal uses it)"
 	@echo "make cpu-image          the CPU training image: verl_cpu:amd64 + the verl-cpu-shims stand-in (docs/cpu-training.md)"
 	@echo "make rehearse-image REF=RELEASE:VARIANT [MIRRORS=DIR]   real-content build on a CANN stand-in base + checks"
+	@echo "make rehearse-run       the CPU training job (grpo-tiny-cpu: node kill, resume, metrics, merge) on the rehearsal of $(FLAGSHIP):ax-x86 + the verl-cpu-shims stand-in; build/rehearse-run/REPORT.md"
 	@echo "make arm64-emulation    let this x86 machine build linux/arm64 (binfmt_misc, qemu-user-static, F flag); rehearse-image runs it for arm64"
 	@echo "make bench              benchmarks under bench/ at full size (image rebuild, start-up, bring-up, delivery, pre-flight, node loss, log follow, verl overhead)"
 	@echo "make bench-quick        every bench/*.py --quick: smallest size, one repetition (tests/test_bench_quick.py in CI)"
@@ -70,6 +71,12 @@ rehearse-image: setup
 	@if [ "$$($(REF_PLATFORM))" = linux/arm64 ]; then $(MAKE) --no-print-directory arm64-emulation; fi
 	$(if $(MIRRORS),$(VENV) bash tools/sources-from-mirrors.sh $(MIRRORS))
 	$(RLBOX) rehearse $(REF) $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+# The CPU training job of docs/cpu-training.md on the flagship's content (tools/rehearse-run.py): the
+# rehearsal image of REF (default $(FLAGSHIP):ax-x86; built by rehearse-image first when absent) plus the
+# verl-cpu-shims stand-in written for its verl; a real job, a node killed, resumed, merged; a report.
+rehearse-run: setup
+	$(PYTHON) tools/rehearse-run.py --ref $(if $(REF),$(REF),$(FLAGSHIP):ax-x86)
 
 # The production path (`rlbox run --cluster`) on a 4-host A3 testbed (tools/rehearsal.py); it says in
 # one line when namespaces are not available here, and rehearsal-sim is the simulation instead.

@@ -212,3 +212,27 @@ def test_a_loss_seen_while_following_ends_it_at_once(monkeypatch):
     with pytest.raises(watch.NodeLost):
         client.follow("s", lambda t: None, tick=tick)
     assert len(calls) == 3
+
+
+def test_a_submission_awaits_the_dashboards_answer_up_to_its_patience(monkeypatch):
+    """Ray's dashboard answers a submission once the job's supervisor actor runs: on a loaded machine
+    longer than the other calls' 10 s ("not reachable (ReadTimeout)" before)."""
+    import requests
+
+    seen = []
+
+    def answer(method, url, timeout=None, **kw):
+        seen.append((method, timeout))
+        resp = requests.Response()
+        resp.status_code, resp._content = 200, b'{"submission_id": "rr-1"}'
+        return resp
+
+    class Job:
+        def as_dict(self):
+            return {"entrypoint": "true"}
+
+    monkeypatch.setattr(requests, "request", answer)
+    client = jobs.JobsClient("http://127.0.0.1:1")
+    assert client.submit(Job(), patience=60.0) == "rr-1"
+    client.info("rr-1")
+    assert seen == [("POST", 60.0), ("GET", 10.0)]

@@ -17,15 +17,49 @@ def test_the_cpu_shims_stand_in_is_a_labelled_layer_under_its_own_tag(m):
     lines = p.dockerfile.splitlines()
     assert "FROM localhost/rlbox/verl-cpu:amd64" in lines
     assert "COPY rlbox-verl-cpu-shims.pth rlbox_verl_cpu_shims.py /opt/rlbox/venv/lib/python3.11/site-packages/" in lines
-    assert 'io.rlbox.standin="verl-cpu-shims"' in p.dockerfile
+    assert 'io.rlbox.standin="verl-cpu-shims"' in p.dockerfile and 'io.rlbox.standin.verl="0.5.0"' in p.dockerfile
+    assert p.summary.startswith("verl CPU shims for verl 0.5.0 (nccl-backend-gloo, ")
     assert p.command()[:2] == ["docker", "build"]
     assert standins.describe_labels({standins.LABEL: "verl-cpu-shims", standins.LABEL_SUMMARY: "verl CPU shims (x)"}) \
         == "stand-in: verl CPU shims (x) [verl-cpu-shims]"
     assert standins.describe_labels({"io.rlbox.release": "verl_cpu"}) is None
 
 
-def test_a_stand_in_refuses_a_release_it_is_not_made_for_and_unknown_names(m):
-    with pytest.raises(RlboxError, match="made for verl_cpu, verl_pt27_25rc3, not rlbox_sim"):
+@pytest.mark.parametrize("ref, verl, shims, env", [
+    # release verl_cpu: verl 0.5.0 from PyPI, no torch_npu
+    ("verl_cpu:amd64", "0.5.0", "nccl-backend-gloo,process-group-gloo,torch-cpu-memory,cpu-offload-unpinned,hf-rollout-n1", ""),
+    # the flagship: verl@796871d (two more blockers: AVG on torch 2.7.1's gloo, .shard() on FSDP2), torch_npu
+    # installed without CANN
+    ("verl_pt27_25rc3:ax-x86", "796871d",
+     "nccl-backend-gloo,process-group-gloo,torch-cpu-memory,cpu-offload-unpinned,hf-rollout-n1,gloo-avg,fsdp2-shard",
+     " TORCH_DEVICE_BACKEND_AUTOLOAD=0 RLBOX_HIDE_TORCH_NPU=1"),
+    ("verl_pt27_25rc3:a3-arm", "796871d",
+     "nccl-backend-gloo,process-group-gloo,torch-cpu-memory,cpu-offload-unpinned,hf-rollout-n1,gloo-avg,fsdp2-shard",
+     " TORCH_DEVICE_BACKEND_AUTOLOAD=0 RLBOX_HIDE_TORCH_NPU=1"),
+])
+def test_the_shims_are_the_ones_written_for_the_images_verl(m, ref, verl, shims, env):
+    v = m.get(ref)
+    assert standins.verl_of(v) == verl
+    p = standins.plan(v, "verl-cpu-shims", "localhost/x:y")
+    assert p.verl == verl and ",".join(p.shims) == shims
+    assert f"ENV RLBOX_VERL_CPU_SHIMS={shims}{env}" in p.dockerfile.splitlines()
+    assert f'io.rlbox.standin.verl="{verl}"' in p.dockerfile
+    assert f"for verl {verl}: " in p.describe()
+
+
+def test_every_shim_names_its_lines_in_each_verl_it_is_written_for():
+    s = standins.get("verl-cpu-shims")
+    assert s.verls == ("0.5.0", "796871d")
+    for shim in s.shims:
+        assert shim.where and all(".py:" in where for where in shim.where.values()), shim
+    assert [x.name for x in standins.shims_for(s, "796871d") if "0.5.0" not in x.where] == ["gloo-avg", "fsdp2-shard"]
+
+
+def test_a_stand_in_refuses_a_verl_it_is_not_written_for_and_unknown_names(m):
+    # verl@65eb019 (verl_pt27_cann82rc1) dropped the hf rollout: no shims were written for it
+    with pytest.raises(RlboxError, match=r"written for verl 0.5.0, 796871d, not verl 65eb019"):
+        standins.plan(m.get("verl_pt27_cann82rc1:ax-x86"), "verl-cpu-shims", "x:y")
+    with pytest.raises(RlboxError, match=r"written for verl 0.5.0, 796871d, not verl \(none\)"):
         standins.plan(m.get("rlbox_sim:amd64"), "verl-cpu-shims", "x:y")
     with pytest.raises(RlboxError, match="no stand-in named 'cann' \\(known: verl-cpu-shims\\)"):
         standins.get("cann")
@@ -46,7 +80,26 @@ def test_every_shim_names_the_upstream_line_it_works_around():
     (s,) = standins.STANDINS.values()
     source = (standins.ROOT / s.name / "rlbox_verl_cpu_shims.py").read_text()
     shims = [block for block in source.split("\ndef shim_")[1:]]
-    assert len(shims) == 5
+    assert len(shims) == len(s.shims) == 7
     for block in shims:
         assert ".py:" in block.split("\n\n")[0], block[:200]
+    for shim in s.shims:  # every shim rlbox plans is one the module knows by that name
+        assert f'("{shim.name}", shim_' in source, shim.name
     assert (standins.ROOT / s.name / "rlbox-verl-cpu-shims.pth").read_text() == "import rlbox_verl_cpu_shims\n"
+
+
+def test_the_in_image_module_applies_the_shims_the_layer_names(monkeypatch):
+    """RLBOX_VERL_CPU_SHIMS (set by the layer from the plan) selects the module's shims by name."""
+    import importlib.util
+    import sys
+
+    monkeypatch.setenv("RLBOX_VERL_CPU_SHIMS", "0")  # loaded here without hooking this process
+    monkeypatch.delenv("RLBOX_HIDE_TORCH_NPU", raising=False)
+    spec = importlib.util.spec_from_file_location("shims_under_test", standins.ROOT / "verl-cpu-shims" / "rlbox_verl_cpu_shims.py")
+    mod = importlib.util.module_from_spec(spec)
+    finders = list(sys.meta_path)
+    spec.loader.exec_module(mod)
+    assert mod.ENABLED == set() and sys.meta_path == finders and not mod.HIDDEN
+    every = {x.name for x in standins.get("verl-cpu-shims").shims}
+    assert mod.enabled(None) == mod.enabled("") == every
+    assert mod.enabled("nccl-backend-gloo,fsdp2-shard,not-a-shim") == {"nccl-backend-gloo", "fsdp2-shard"}

@@ -122,7 +122,7 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
     err.print(f"rlbox: built {ref} -> {p.describe_output()}")
     if extra:
         standins.execute(extra)
-        err.print(f"rlbox: built {standins.describe_labels({standins.LABEL: extra.name, standins.LABEL_SUMMARY: standins.get(extra.name).summary})} "
+        err.print(f"rlbox: built {standins.describe_labels({standins.LABEL: extra.name, standins.LABEL_SUMMARY: extra.summary})} "
                   f"-> {extra.tag} (not part of {ref})", markup=False, highlight=False)
 
 

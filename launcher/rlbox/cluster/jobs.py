@@ -152,19 +152,21 @@ class JobsClient:
     timeout: float = 10.0
     received: int = 0  # bytes of log text fetched by `follow` (the benchmark reads it)
 
-    def _call(self, method: str, path: str, **kw) -> requests.Response:
+    def _call(self, method: str, path: str, timeout: float | None = None, **kw) -> requests.Response:
         try:
-            resp = requests.request(method, f"{self.base}{path}", timeout=self.timeout, **kw)
+            resp = requests.request(method, f"{self.base}{path}", timeout=timeout or self.timeout, **kw)
         except requests.RequestException as err:
             raise RlboxError(f"Ray dashboard {self.base} not reachable ({type(err).__name__})") from None
         return resp
 
     def submit(self, job: JobPlan, patience: float = 60.0) -> str:
         """Submit; while the head's job agent is still registering (a 5xx right after the nodes
-        joined: "No available agent to submit job"), retry for up to ``patience`` seconds."""
+        joined: "No available agent to submit job"), retry for up to ``patience`` seconds. The dashboard
+        answers a submission only once it has started the job's supervisor actor: on a loaded machine
+        that takes longer than the other calls' timeout, so the answer is awaited up to ``patience``."""
         deadline = time.monotonic() + patience
         while True:
-            resp = self._call("POST", "/api/jobs/", json=job.as_dict())
+            resp = self._call("POST", "/api/jobs/", timeout=max(self.timeout, patience), json=job.as_dict())
             if resp.status_code == 200:
                 try:
                     return resp.json()["submission_id"]

@@ -24,28 +24,74 @@ from rlbox.image.matrix import ResolvedVariant
 ROOT = Path(__file__).resolve().parents[1] / "resources" / "standins"
 LABEL = "io.rlbox.standin"
 LABEL_SUMMARY = "io.rlbox.standin.summary"
+LABEL_VERL = "io.rlbox.standin.verl"
 VENV = "/opt/rlbox/venv"
+
+
+@dataclass(frozen=True)
+class Shim:
+    """One work-around of a stand-in, with the upstream lines it works around in each verl it was
+    checked against (a verl not in ``where`` does not get it)."""
+    name: str               # as the in-image module knows it (RLBOX_VERL_CPU_SHIMS lists these)
+    why: str
+    where: dict[str, str]   # verl (PyPI version or short commit) -> its lines (file:line)
 
 
 @dataclass(frozen=True)
 class Standin:
     name: str
     summary: str
-    releases: tuple[str, ...]  # the releases it may stand on
+    releases: tuple[str, ...]  # the releases it may stand on (empty: any whose verl it was written for)
+    shims: tuple[Shim, ...] = ()
 
     @property
     def files(self) -> tuple[Path, ...]:
         return tuple(sorted(p for p in (ROOT / self.name).iterdir() if p.is_file() and p.suffix in (".py", ".pth")))
 
+    @property
+    def verls(self) -> tuple[str, ...]:
+        """The verls it was written for (each checked at its own lines)."""
+        return tuple(dict.fromkeys(v for s in self.shims for v in s.where))
+
+
+# verl-cpu-shims, per verl: 0.5.0 is release verl_cpu's (PyPI); 796871d the flagship verl_pt27_25rc3's
+# pin (FIELD-NOTES "verl trains on CPU" lists the blockers at both pinned commits).
+VERL_CPU_SHIMS = (
+    Shim("nccl-backend-gloo", "get_nccl_backend() raises on a machine with neither CUDA nor NPU: gloo",
+         {"0.5.0": "utils/device.py:76-86", "796871d": "utils/device.py:76-86"}),
+    Shim("process-group-gloo", "init_process_group(backend='cpu:gloo,cpu:gloo'): torch rejects the duplicate device; plain gloo",
+         {"0.5.0": "workers/fsdp_workers.py:121,927,1315", "796871d": "workers/fsdp_workers.py:125-126,938-939,1335-1336"}),
+    Shim("torch-cpu-memory", "torch.cpu has no empty_cache, max_memory_*, memory_*, mem_get_info, get_device_name: "
+         "no-ops reporting 0 bytes, the host's memory, 'CPU'",
+         {"0.5.0": "workers/fsdp_workers.py:695-696,755, rollout/hf_rollout.py:172, utils/profiler/performance.py:33-38, "
+                   "utils/flops_counter.py:45",
+          "796871d": "workers/fsdp_workers.py:704-705,764, rollout/hf_rollout.py:172, utils/memory_utils.py:45, "
+                     "utils/profiler/performance.py:49-54, utils/flops_counter.py:67"}),
+    Shim("cpu-offload-unpinned", "CPUOffloadPolicy(pin_memory=True) needs an accelerator (the ref model's offload): unpinned",
+         {"0.5.0": "workers/fsdp_workers.py:394,1122,1411", "796871d": "workers/fsdp_workers.py:395,399,1134,1432"}),
+    Shim("hf-rollout-n1", "the HF rollout generates rollout.n sequences per row of a batch the trainer already repeated "
+         "rollout.n times (n*n rows): it sees n=1",
+         {"0.5.0": "workers/rollout/hf_rollout.py:88,140-143 vs trainer/ppo/ray_trainer.py:1163",
+          "796871d": "workers/rollout/hf_rollout.py:88,140-143 vs trainer/ppo/ray_trainer.py:1134"}),
+    Shim("gloo-avg", "reduce_timing() all-reduces with ReduceOp.AVG, which torch 2.7.1's gloo rejects (\"Cannot use "
+         "ReduceOp.AVG with Gloo\"; the flagship's torch, not verl_cpu's 2.13): a SUM divided by the group's size",
+         {"796871d": "utils/profiler/performance.py:218"}),
+    Shim("fsdp2-shard", "compute_ref_log_prob calls .shard() on an FSDP2 module on > 1 rank; FSDPModule's method is "
+         "reshard(): shard() is given as reshard()",
+         {"796871d": "workers/fsdp_workers.py:846"}),
+)
 
 STANDINS = {
     "verl-cpu-shims": Standin(
         "verl-cpu-shims",
-        "verl CPU shims (gloo for the device backend, no-op torch.cpu memory calls, unpinned CPU offload, "
-        "hf rollout n=1): verl 0.5.0 trains on CPU; the NPU, HCCL and vLLM-Ascend stay simulated",
-        ("verl_cpu", "verl_pt27_25rc3"),
+        "verl CPU shims: verl trains on CPU; the NPU, HCCL and vLLM-Ascend stay simulated",
+        (),
+        VERL_CPU_SHIMS,
     ),
 }
+SHIMS_ENV = "RLBOX_VERL_CPU_SHIMS"  # the in-image module applies the shims this names ("0": none)
+AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+HIDE_NPU_ENV = "RLBOX_HIDE_TORCH_NPU"  # the in-image module marks torch_npu absent (find_spec None)
 
 
 @dataclass(frozen=True)
@@ -55,9 +101,16 @@ class StandinPlan:
     tag: str
     dockerfile: str
     context: Path
+    summary: str = ""
+    verl: str = ""
+    shims: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
-        return f"stand-in {self.name}: {self.base} -> {self.tag}\n" + "\n".join(f"  | {line}" for line in self.dockerfile.splitlines())
+        head = [f"stand-in {self.name}: {self.base} -> {self.tag}"]
+        if self.verl:
+            head.append(f"  for verl {self.verl}: {', '.join(self.shims) or 'no shims'}")
+        return "\n".join(head) + "\n" + "\n".join(f"  | {line}" for line in self.dockerfile.splitlines())
 
     def command(self) -> list[str]:
         return ["docker", "build", "--tag", self.tag, "--file", "-", str(self.context)]
@@ -65,7 +118,8 @@ class StandinPlan:
     def as_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready data (every plan keeps rlbox.core.plan.Plan)."""
         return {"name": self.name, "base": self.base, "tag": self.tag, "dockerfile": self.dockerfile,
-                "context": str(self.context), "command": self.command()}
+                "context": str(self.context), "command": self.command(), "summary": self.summary,
+                "verl": self.verl, "shims": list(self.shims), "env": dict(self.env)}
 
 
 def get(name: str) -> Standin:
@@ -78,21 +132,73 @@ def tag_for(base: str, name: str) -> str:
     return f"{base}-{name}"
 
 
+def verl_of(v: ResolvedVariant) -> str:
+    """The verl a variant installs: its PyPI version, or the first 7 hex digits of its pinned commit."""
+    for c in v.components:
+        if c.name == "verl":
+            if c.spec.pip and "==" in c.spec.pip:
+                return c.spec.pip.split("==", 1)[1].strip()
+            if c.spec.commit:
+                return c.spec.commit[:7]
+    return ""
+
+
+def shims_for(s: Standin, verl: str) -> tuple[Shim, ...]:
+    """The shims of ``s`` written for this verl; an error naming the verls it was written for when none."""
+    if not s.shims:
+        return ()
+    chosen = tuple(shim for shim in s.shims if verl in shim.where)
+    if not chosen:
+        raise RlboxError(f"stand-in {s.name} is written for verl {', '.join(s.verls)}, not verl {verl or '(none)'}: "
+                         f"its shims name lines of those versions only")
+    return chosen
+
+
+def env_for(s: Standin, v: ResolvedVariant, shims: tuple[Shim, ...]) -> tuple[tuple[str, str], ...]:
+    """What the layer sets: which shims apply, and (where the release installs torch_npu, whose native
+    library needs the CANN runtime and the NPU driver, absent here) torch's device-backend autoload off
+    and torch_npu hidden, so ``import torch`` does not load it, the NPU probes of verl, transformers and
+    accelerate answer "no NPU", and the code takes its CPU path."""
+    env: list[tuple[str, str]] = []
+    if s.shims:
+        env.append((SHIMS_ENV, ",".join(shim.name for shim in shims)))
+    if any(c.name == "torch_npu" for c in v.components):
+        env += [(AUTOLOAD_ENV, "0"), (HIDE_NPU_ENV, "1")]
+    return tuple(env)
+
+
+def summary_for(s: Standin, verl: str, shims: tuple[Shim, ...], env: tuple[tuple[str, str], ...]) -> str:
+    if not s.shims:
+        return s.summary
+    head, _, tail = s.summary.partition(": ")
+    extra = "; torch_npu hidden and not autoloaded: no CANN runtime here" if (AUTOLOAD_ENV, "0") in env else ""
+    return f"{head} for verl {verl} ({', '.join(x.name for x in shims)}{extra}): {tail}"
+
+
 def plan(v: ResolvedVariant, name: str, base: str) -> StandinPlan:
-    """The stand-in NAME on ``base`` (the built image of variant ``v``)."""
+    """The stand-in NAME on ``base`` (the built image of variant ``v``, or its rehearsal)."""
     s = get(name)
-    if v.release.release not in s.releases:
+    if s.releases and v.release.release not in s.releases:
         raise RlboxError(f"stand-in {name} is made for {', '.join(s.releases)}, not {v.release.release}")
+    verl = verl_of(v)
+    shims = shims_for(s, verl)
+    env = env_for(s, v, shims)
+    summary = summary_for(s, verl, shims, env)
     site = f"{VENV}/lib/python{v.release.python}/site-packages/"
     files = " ".join(p.name for p in s.files)
-    text = "\n".join([
+    lines = [
         f"# rlbox stand-in {name} (launcher/rlbox/image/standins.py): NOT part of release {v.release.release}",
         f"FROM {base}",
         f"COPY {files} {site}",
-        f'LABEL {LABEL}="{name}" {LABEL_SUMMARY}="{s.summary}" io.rlbox.standin.base="{base}"',
-        "",
-    ])
-    return StandinPlan(name, base, tag_for(base, name), text, ROOT / name)
+    ]
+    if env:
+        lines.append("ENV " + " ".join(f"{k}={val}" for k, val in env))
+    label = f'LABEL {LABEL}="{name}" {LABEL_SUMMARY}="{summary}" io.rlbox.standin.base="{base}"'
+    if verl and s.shims:
+        label += f' {LABEL_VERL}="{verl}"'
+    lines += [label, ""]
+    return StandinPlan(name, base, tag_for(base, name), "\n".join(lines), ROOT / name, summary, verl if s.shims else "",
+                       tuple(x.name for x in shims), env)
 
 
 def execute(p: StandinPlan) -> None:

@@ -1,11 +1,14 @@
-"""rlbox stand-in "verl-cpu-shims": lets stock verl 0.5.0 (PyPI) train on CPU. NOT part of any release.
+"""rlbox stand-in "verl-cpu-shims": lets stock verl (0.5.0 from PyPI, or the flagship's pin 796871d)
+train on CPU. NOT part of any release.
 
 Loaded by rlbox-verl-cpu-shims.pth in every Python process of the image (the Ray workers too: verl's
 own `external_lib` hook runs after `Worker.__init__`, too late). Nothing is imported here: each shim
 is applied right after the module it patches has executed (a post-import hook), so `ray start` and
-other processes that never import verl or torch pay nothing. Each shim names the verl 0.5.0 line
-it works around (the same blockers as verl@796871d, FIELD-NOTES "verl trains on CPU").
-Set RLBOX_VERL_CPU_SHIMS=0 to switch them off (to see what verl does without them).
+other processes that never import verl or torch pay nothing. Each shim names the verl lines it
+works around (0.5.0; 796871d where they differ: FIELD-NOTES "verl trains on CPU"); which shims a
+verl gets is planned by rlbox (launcher/rlbox/image/standins.py VERL_CPU_SHIMS) and set by the layer
+in RLBOX_VERL_CPU_SHIMS (a comma list; unset: all). RLBOX_VERL_CPU_SHIMS=0 switches them off (to see
+what verl does without them).
 """
 
 import importlib.abc
@@ -22,7 +25,7 @@ def _cpu_only():
 
 
 def shim_device(mod):
-    # verl/utils/device.py:76-86 get_nccl_backend() raises "No available nccl backend" on CPU: gloo.
+    # verl/utils/device.py:76-86 (0.5.0 and 796871d) get_nccl_backend() raises "No available nccl backend" on CPU: gloo.
     orig = mod.get_nccl_backend
 
     def get_nccl_backend():
@@ -32,7 +35,7 @@ def shim_device(mod):
 
 
 def shim_distributed(mod):
-    # verl/workers/fsdp_workers.py:121,927,1315 init_process_group(backend="cpu:gloo,cpu:gloo"):
+    # verl/workers/fsdp_workers.py:121,927,1315 (796871d: :126,939,1336) init_process_group(backend="cpu:gloo,cpu:gloo"):
     # torch rejects the duplicate device; on CPU the backend is plain gloo.
     orig = mod.init_process_group
 
@@ -45,21 +48,42 @@ def shim_distributed(mod):
     APPLIED.append("distributed.init_process_group(cpu:gloo,cpu:X)=gloo")
 
 
+def shim_gloo_avg(mod):
+    # verl@796871d verl/utils/profiler/performance.py:218 reduce_timing() (after every generate_sequences,
+    # fsdp_workers.py:759): all_reduce(op=ReduceOp.AVG). torch 2.7.1's gloo (the flagship's torch) raises
+    # "Cannot use ReduceOp.AVG with Gloo" (torch 2.13's, release verl_cpu's, takes it): on gloo, a SUM
+    # divided by the group's size, which is what AVG is.
+    orig = mod.all_reduce
+
+    def all_reduce(tensor, *args, **kwargs):
+        op = kwargs.get("op", args[0] if args else None)
+        group = kwargs.get("group", args[1] if len(args) > 1 else None)
+        async_op = kwargs.get("async_op", args[2] if len(args) > 2 else False)
+        if op == mod.ReduceOp.AVG and not async_op and mod.get_backend(group) == "gloo":
+            orig(tensor, op=mod.ReduceOp.SUM, group=group)
+            tensor.div_(mod.get_world_size(group))
+            return None
+        return orig(tensor, *args, **kwargs)
+    mod.all_reduce = all_reduce
+    APPLIED.append("distributed.all_reduce(AVG) on gloo = SUM / size")
+
+
 def shim_torch_cpu(mod):
     # torch.cpu lacks the memory calls verl makes unconditionally through get_torch_device():
     # fsdp_workers.py:695-696 (max_memory_*), :755 and hf_rollout.py:172 (empty_cache),
     # utils/profiler/performance.py:33-34 (memory_allocated/reserved). No-ops reporting 0 bytes.
+    # 796871d: fsdp_workers.py:704-705,764, utils/memory_utils.py:45, utils/profiler/performance.py:49-50.
     for name in ("empty_cache", "reset_peak_memory_stats"):
         if not hasattr(mod, name):
             setattr(mod, name, lambda *a, **k: None)
     for name in ("max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved"):
         if not hasattr(mod, name):
             setattr(mod, name, lambda *a, **k: 0)
-    # utils/flops_counter.py:45 get_device_flops() -> get_device_name(): no known device, so verl's
+    # utils/flops_counter.py:45 (796871d: :67) get_device_flops() -> get_device_name(): no known device, so verl's
     # own fallback (inf FLOPS: MFU 0).
     if not hasattr(mod, "get_device_name"):
         mod.get_device_name = lambda *a, **k: "CPU"
-    # utils/profiler/performance.py:38 log_gpu_memory_usage -> mem_get_info(): (free, total), the host's.
+    # utils/profiler/performance.py:38 (796871d: :54) log_gpu_memory_usage -> mem_get_info(): (free, total), the host's.
     if not hasattr(mod, "mem_get_info"):
         def mem_get_info(*a, **k):
             page = os.sysconf("SC_PAGE_SIZE")
@@ -69,7 +93,7 @@ def shim_torch_cpu(mod):
 
 
 def shim_fsdp_utils(mod):
-    # verl/workers/fsdp_workers.py:394 (ref model), :1122, :1411 CPUOffloadPolicy(pin_memory=True):
+    # verl/workers/fsdp_workers.py:394 (ref model), :1122, :1411 (796871d: :395,399,1134,1432) CPUOffloadPolicy(pin_memory=True):
     # pinning needs an accelerator; on CPU the policy is taken without pinned memory.
     base = mod.CPUOffloadPolicy
     if base is None or not _cpu_only():
@@ -85,7 +109,7 @@ def shim_fsdp_utils(mod):
 def shim_hf_rollout(mod):
     # verl/workers/rollout/hf_rollout.py:88 generates num_return_sequences=rollout.n (and repeats the
     # masks n times, :140-143), but trainer/ppo/ray_trainer.py:1163 has already repeated the batch n
-    # times: n*n rows, a batch size mismatch. Upstream dropped the double repeat after 0.5.0; here
+    # times (796871d: ray_trainer.py:1134): n*n rows, a batch size mismatch. Upstream dropped the double repeat after 0.5.0; here
     # the rollout sees n=1 (one sequence per, already repeated, row).
     if not _cpu_only():
         return
@@ -103,37 +127,73 @@ def shim_hf_rollout(mod):
     APPLIED.append("hf_rollout n=1")
 
 
+def shim_fsdp2_shard(mod):
+    # verl@796871d verl/workers/fsdp_workers.py:846 compute_ref_log_prob(), world size > 1, FSDP2:
+    # `self.ref_policy.actor_module.shard()`, but FSDPModule's method is reshard() (AttributeError;
+    # upstream fixed it after 796871d). shard() is given as reshard().
+    cls = getattr(mod, "FSDPModule", None)
+    if cls is None or hasattr(cls, "shard"):
+        return
+    cls.shard = cls.reshard
+    APPLIED.append("FSDPModule.shard=reshard")
+
+
+# module -> its shims (name as rlbox's plan knows it, function), applied after the module executes
 HOOKS = {
-    "verl.utils.device": shim_device,
-    "torch.distributed": shim_distributed,
-    "torch.cpu": shim_torch_cpu,
-    "verl.utils.fsdp_utils": shim_fsdp_utils,
-    "verl.workers.rollout.hf_rollout": shim_hf_rollout,
+    "verl.utils.device": [("nccl-backend-gloo", shim_device)],
+    "torch.distributed": [("process-group-gloo", shim_distributed), ("gloo-avg", shim_gloo_avg)],
+    "torch.cpu": [("torch-cpu-memory", shim_torch_cpu)],
+    "verl.utils.fsdp_utils": [("cpu-offload-unpinned", shim_fsdp_utils), ("fsdp2-shard", shim_fsdp2_shard)],
+    "verl.workers.rollout.hf_rollout": [("hf-rollout-n1", shim_hf_rollout)],
 }
 
 
+def enabled(setting):
+    """The shim names RLBOX_VERL_CPU_SHIMS selects: unset or empty = all, "0" = none, else a comma list."""
+    every = [name for shims in HOOKS.values() for name, _ in shims]
+    if setting is None or not setting.strip():
+        return set(every)
+    if setting.strip() == "0":
+        return set()
+    return {name.strip() for name in setting.split(",") if name.strip() in every}
+
+
+ENABLED = enabled(os.environ.get("RLBOX_VERL_CPU_SHIMS"))
+
+
 class _Loader(importlib.abc.Loader):
-    def __init__(self, inner, fn):
-        self.inner, self.fn = inner, fn
+    def __init__(self, inner, fns):
+        self.inner, self.fns = inner, fns
 
     def create_module(self, spec):
         return self.inner.create_module(spec)
 
     def exec_module(self, module):
         self.inner.exec_module(module)
-        self.fn(module)
+        for fn in self.fns:
+            fn(module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        fn = HOOKS.get(name)
-        if fn is None:
+        fns = [fn for shim, fn in HOOKS.get(name, ()) if shim in ENABLED]
+        if not fns:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader, fn)
+            spec.loader = _Loader(spec.loader, fns)
         return spec
 
 
-if os.environ.get("RLBOX_VERL_CPU_SHIMS", "1") != "0":
+if ENABLED:
     sys.meta_path.insert(0, _Finder())
+
+# On a release that installs torch_npu (the flagship) there is no CANN runtime or NPU driver here, so
+# torch_npu's native library cannot load. The layer sets TORCH_DEVICE_BACKEND_AUTOLOAD=0 (`import
+# torch` does not load it) and RLBOX_HIDE_TORCH_NPU=1: torch_npu is marked absent in sys.modules, so
+# importlib.util.find_spec("torch_npu") is None and the probes of transformers and accelerate
+# (is_torch_npu_available, is_npu_available: find_spec, then `import torch_npu`) and verl's
+# is_torch_npu_available (hasattr(torch, "npu")) all answer "no NPU": the code takes its CPU path.
+HIDDEN = os.environ.get("RLBOX_HIDE_TORCH_NPU") == "1"
+if HIDDEN:
+    sys.modules.setdefault("torch_npu", None)
