@@ -3,6 +3,7 @@
     python3 bench/image_rehearsal.py lock [REF...]        lock resolution per variant: cold uv cache vs cached
     python3 bench/image_rehearsal.py rebuild [REF]        rehearsal image: no-change rebuild (baseline), then a
                                                           rebuild after editing one verl patch; steps rebuilt, ratio
+                                                          (an arm64 REF: the one-patch rebuild under emulation)
     python3 bench/image_rehearsal.py cold [REF]           the same, plus a cold build (--no-cache) as the baseline
     python3 bench/image_rehearsal.py size [REF...]        image size of each rehearsal image
     python3 bench/image_rehearsal.py emulation [ARM_REF]  arm64 under emulation (QEMU) against the x86 variant of
@@ -22,7 +23,8 @@
 REF defaults to verl_pt27_25rc3:ax-x86, ARM_REF to verl_pt27_cann82rc1:a3-arm. `rebuild`/`cold`/`emulation`
 need the rehearsal's source cache and stand-in base (`make rehearse-image REF=...` once, for each
 platform). The verl patch (the variant's first) is edited in place (a comment line appended to its
-header) and restored, then re-rendered, whatever happens.
+header) and restored, then re-rendered, whatever happens; the bench's builds are tagged apart
+(`…-bench-baseline`, `…-bench-edited`, removed afterwards), never as the rehearsal's own image.
 """
 
 from __future__ import annotations
@@ -137,14 +139,23 @@ def edited_rebuild(ref: str) -> tuple[float, list[str], Path]:
 
 def bench_rebuild(ref: str, cold: bool) -> None:
     base_label = "cold build (--no-cache)" if cold else "no-change rebuild"
-    base, _, tag = timed_build(ref, no_cache=cold)
+    tag = rehearsal.plan(matrix.load(ROOT), ref, shipped()).tag + "-bench-baseline"
+    try:
+        base, steps, _ = timed_build(ref, no_cache=cold, tag=tag)
+    finally:
+        subprocess.run(["docker", "image", "rm", tag], capture_output=True)
     edited, rebuilt, patch = edited_rebuild(ref)
-    print(f"{base_label}: {base:.1f} s")
-    print(f"after editing verl's patch {patch.name}: {edited:.1f} s, {len(rebuilt)} steps rebuilt:")
+    print(f"{base_label} ({platform_of(ref)}): {base:.1f} s, {len(steps)} steps ran")
+    print(f"after editing verl's patch {patch.name} ({platform_of(ref)}): {edited:.1f} s, {len(rebuilt)} steps rebuilt:")
     for s in rebuilt:
         print(f"    {s}")
     print(f"ratio edited/{'cold' if cold else 'no-change'}: {edited / base:.2f}")
     bench_size([ref])
+
+
+def platform_of(ref: str) -> str:
+    platform = matrix.load(ROOT).get(ref).platform
+    return platform if emulation.native(platform) else f"{platform} under emulation"
 
 
 def bench_size(refs: list[str]) -> None:

@@ -382,7 +382,9 @@ def emulation_factors(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return r["plan"]["ref"].split(":", 1)[0]
 
     def figure(r: dict | None, name: str, key: str, missing: list[str]) -> float | None:
-        t = ((r or {}).get("facts") or {}).get("timing") or {}
+        if r is None:
+            return None
+        t = (r.get("facts") or {}).get("timing") or {}
         if key == "build_s" and t.get("steps_cached"):
             missing.append(f"a cold build time of {name} (its build took {t['steps_cached']} of "
                            f"{t['steps_cached'] + t.get('steps_run', 0)} steps from the cache)")
@@ -397,10 +399,10 @@ def emulation_factors(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if r["plan"].get("platform") == "linux/amd64":
             continue
         twin = x86.get(release(r))
-        twin_name = twin["plan"]["ref"] if twin else f"an amd64 rehearsal of {release(r)}"
+        twin_name = twin["plan"]["ref"] if twin else ""
         row: dict[str, Any] = {"ref": r["plan"]["ref"], "platform": r["plan"].get("platform"), "ok": r.get("ok"),
                                "x86_ref": twin["plan"]["ref"] if twin else None, "x86_ok": twin.get("ok") if twin else None,
-                               "missing": []}
+                               "missing": [] if twin else [f"an amd64 rehearsal report of {release(r)}"]}
         for key in ("build_s", "checks_s", "image_bytes"):
             a = figure(r, row["ref"], key, row["missing"])
             b = figure(twin, twin_name, key, row["missing"])
