@@ -101,8 +101,11 @@ def _facts(**over):
     ({"imports": {"r": {"modules": {"qwen_vl_utils": {"state": "error", "reached": "import", "error": "No module named 'qwen_vl_utils'"}}}}},
      False, "     error       qwen_vl_utils: No module named 'qwen_vl_utils'"),
     ({"imports": {}}, False, "FAIL imports of r: not run"),
+    ({"verify": {"code": 0, "output": "rlbox-verify: r:x: 7 components ... pip check clean\n"
+                                      "rlbox-verify: expected from the lock's exclusions: torch 2.7.1 requires triton\n"}},
+     True, "ok   rlbox-verify: r:x: 7 components ... pip check clean"),
 ], ids=["green", "npu skip listed", "lazy listed, not failing", "verify fails", "shallow version", "missing import",
-        "imports not run"])
+        "imports not run", "verify summary before its expected lines"])
 def test_judgement(m, over, ok, line):
     p = rehearsal.plan(m, "verl_pt27_25rc3:ax-x86", {"r": {"release": "verl_pt27_25rc3",
                                                            "entrypoint": ["python3", "-m", "verl.trainer.main_ppo"]}})

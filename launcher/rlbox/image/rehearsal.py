@@ -193,7 +193,9 @@ def judge(p: RehearsalPlan, facts: dict[str, Any]) -> Report:
         ok = False
         lines.append(f"FAIL rlbox-verify: {verify.get('output', '').strip()[-600:]}")
     else:
-        lines.append(f"ok   {verify.get('output', '').strip().splitlines()[-1]}")
+        # its summary, whichever order stdout and stderr (the "expected from" lines) came in
+        out = verify.get("output", "").strip().splitlines() or [""]
+        lines.append(f"ok   {([x for x in out if 'expected from' not in x] or out)[-1]}")
         lines += [f"     {line}" for line in verify.get("output", "").splitlines() if "expected from" in line]
     pip_check = facts.get("pip_check", "").strip()
     lines.append(f"{'ok  ' if not pip_check or pip_check.startswith('No broken') else 'note'} pip check: "
