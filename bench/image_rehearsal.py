@@ -3,26 +3,33 @@
     python3 bench/image_rehearsal.py lock [REF...]        lock resolution per variant: cold uv cache vs cached
     python3 bench/image_rehearsal.py rebuild [REF]        rehearsal image: no-change rebuild (baseline), then a
                                                           rebuild after editing one verl patch; steps rebuilt, ratio
+                                                          (an arm64 REF: the one-patch rebuild under emulation)
     python3 bench/image_rehearsal.py cold [REF]           the same, plus a cold build (--no-cache) as the baseline
     python3 bench/image_rehearsal.py size [REF...]        image size of each rehearsal image
     python3 bench/image_rehearsal.py emulation [ARM_REF]  arm64 under emulation (QEMU) against the x86 variant of
                                                           the same release: cold build time and size of each (the
                                                           emulation factor), then a one-patch rebuild of the arm64
                                                           image (only the steps from verl on may run)
+    python3 bench/image_rehearsal.py factors [DIR]        the emulation factor from the rehearsals already run: each
+                                                          arm64 report in DIR (build/rehearsal) against its release's
+                                                          x86 one, build time, checks time and image size, ratios
     python3 bench/image_rehearsal.py --quick              smallest: `lock` of rlbox_sim:amd64 (PyPI only), then the
                                                           emulation factor of a fixed Python
                                                           workload in the arm64 and x86 stand-in bases, one
-                                                          repetition, and the size of the rehearsal images present;
+                                                          repetition, the size of the rehearsal images present and
+                                                          `factors` of the reports present;
                                                           what is absent is skipped with its reason
 
 REF defaults to verl_pt27_25rc3:ax-x86, ARM_REF to verl_pt27_cann82rc1:a3-arm. `rebuild`/`cold`/`emulation`
 need the rehearsal's source cache and stand-in base (`make rehearse-image REF=...` once, for each
 platform). The verl patch (the variant's first) is edited in place (a comment line appended to its
-header) and restored, then re-rendered, whatever happens.
+header) and restored, then re-rendered, whatever happens; the bench's builds are tagged apart
+(`…-bench-baseline`, `…-bench-edited`, removed afterwards), never as the rehearsal's own image.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -75,12 +82,16 @@ def shipped() -> dict:
                      "reaches": list(r.reaches)} for r in recipes.all_recipes()}
 
 
-def timed_build(ref: str, no_cache: bool = False) -> tuple[float, list[str], str]:
+def timed_build(ref: str, no_cache: bool = False, tag: str | None = None) -> tuple[float, list[str], str]:
+    """Build ``ref``'s rehearsal image (tagged ``tag`` instead of the rehearsal's own tag if given):
+    seconds, the steps that ran (not from the cache), the tag."""
     m = matrix.load(ROOT)
     p = rehearsal.plan(m, ref, shipped())
     argv = list(p.build.argv)
     if no_cache:
         argv.insert(argv.index("--load"), "--no-cache")
+    if tag:
+        argv[argv.index("--tag") + 1] = tag
     t0 = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True)
     took = time.monotonic() - t0
@@ -94,7 +105,7 @@ def timed_build(ref: str, no_cache: bool = False) -> tuple[float, list[str], str
             steps[found.group(1)] = f"{found.group(2)}/{found.group(3)} {found.group(4)} {found.group(5)[:70]}"
     cached = set(re.findall(r"^#(\d+) CACHED", log, re.M))
     rebuilt = [s for n, s in steps.items() if n not in cached]
-    return took, rebuilt, p.tag
+    return took, rebuilt, tag or p.tag
 
 
 def verl_patch(ref: str) -> Path:
@@ -107,31 +118,44 @@ def verl_patch(ref: str) -> Path:
 
 
 def edited_rebuild(ref: str) -> tuple[float, list[str], Path]:
-    """Rebuild ``ref`` after a new edit of its first verl patch (restored afterwards)."""
+    """Rebuild ``ref`` after a new edit of its first verl patch (restored afterwards). The edited
+    image is tagged apart (``…-bench-edited``, removed afterwards): the rehearsal's own tag keeps
+    the image its report describes."""
     patch = verl_patch(ref)
     original = patch.read_bytes()
+    tag = rehearsal.plan(matrix.load(ROOT), ref, shipped()).tag + "-bench-edited"
     try:
         text = original.decode()
         # a new edit every run: the same edit twice would come from the layer cache
         patch.write_text(text.replace("\n---\n", f"\n(bench: an edited patch header, {time.time_ns()})\n---\n", 1))
         render.write(matrix.load(ROOT))
-        edited, rebuilt, _ = timed_build(ref)
+        edited, rebuilt, _ = timed_build(ref, tag=tag)
     finally:
         patch.write_bytes(original)
         render.write(matrix.load(ROOT))
+        subprocess.run(["docker", "image", "rm", tag], capture_output=True)
     return edited, rebuilt, patch
 
 
 def bench_rebuild(ref: str, cold: bool) -> None:
     base_label = "cold build (--no-cache)" if cold else "no-change rebuild"
-    base, _, tag = timed_build(ref, no_cache=cold)
+    tag = rehearsal.plan(matrix.load(ROOT), ref, shipped()).tag + "-bench-baseline"
+    try:
+        base, steps, _ = timed_build(ref, no_cache=cold, tag=tag)
+    finally:
+        subprocess.run(["docker", "image", "rm", tag], capture_output=True)
     edited, rebuilt, patch = edited_rebuild(ref)
-    print(f"{base_label}: {base:.1f} s")
-    print(f"after editing verl's patch {patch.name}: {edited:.1f} s, {len(rebuilt)} steps rebuilt:")
+    print(f"{base_label} ({platform_of(ref)}): {base:.1f} s, {len(steps)} steps ran")
+    print(f"after editing verl's patch {patch.name} ({platform_of(ref)}): {edited:.1f} s, {len(rebuilt)} steps rebuilt:")
     for s in rebuilt:
         print(f"    {s}")
     print(f"ratio edited/{'cold' if cold else 'no-change'}: {edited / base:.2f}")
     bench_size([ref])
+
+
+def platform_of(ref: str) -> str:
+    platform = matrix.load(ROOT).get(ref).platform
+    return platform if emulation.native(platform) else f"{platform} under emulation"
 
 
 def bench_size(refs: list[str]) -> None:
@@ -148,6 +172,7 @@ def bench_size(refs: list[str]) -> None:
 
 
 QUICK = "rlbox_sim:amd64"
+REPORTS = ROOT / "build" / "rehearsal"
 
 
 def x86_twin(ref: str) -> str:
@@ -183,6 +208,36 @@ def bench_emulation(arm_ref: str) -> None:
     print(f"ratio one-patch rebuild / cold build (arm64): {edited / arm_s:.3f}")
 
 
+def bench_factors(folder: Path) -> None:
+    """The emulation factor as the rehearsals measured it: each arm64 rehearsal report's build time,
+    checks time and image size against its release's x86 one (same machine; the load of the moment
+    is in the reports' figures, not controlled)."""
+    reports = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    rows = rehearsal.emulation_factors(reports)
+    if not rows:
+        print(f"factors: skipped, no arm64 rehearsal report in {folder} (make rehearse-image REF=RELEASE:a3-arm)")
+        return
+
+    def fig(v, unit):
+        return "-" if v is None else (f"{v / 1e9:.2f} GB" if unit == "GB" else f"{v:.0f} s")
+
+    def ratio(v):
+        return "-" if v is None else f"{v:.2f}"
+
+    print(f"{'arm64 rehearsal (QEMU)':<30} {'verdict':<7} {'build':>7} {'x86':>7} {'ratio':>6} "
+          f"{'checks':>7} {'x86':>6} {'ratio':>6} {'image':>8} {'x86':>8} {'ratio':>6}")
+    for r in rows:
+        verdict = {True: "GREEN", False: "RED"}.get(r["ok"], "?")
+        print(f"{r['ref']:<30} {verdict:<7} {fig(r['build_s'], 's'):>7} {fig(r['x86_build_s'], 's'):>7} "
+              f"{ratio(r['build_s_ratio']):>6} {fig(r['checks_s'], 's'):>7} {fig(r['x86_checks_s'], 's'):>6} "
+              f"{ratio(r['checks_s_ratio']):>6} {fig(r['image_bytes'], 'GB'):>8} {fig(r['x86_image_bytes'], 'GB'):>8} "
+              f"{ratio(r['image_bytes_ratio']):>6}")
+        if r["x86_ref"]:
+            print(f"    against {r['x86_ref']} ({'GREEN' if r['x86_ok'] else 'RED'}, native x86_64)")
+        for what in r["missing"]:
+            print(f"    missing: {what}")
+
+
 def bench_quick() -> None:
     """Smallest: one run of a fixed Python workload in each platform's stand-in base (the CPU
     emulation factor), and the sizes of the rehearsal images present; absent ones are skipped."""
@@ -206,6 +261,7 @@ def bench_quick() -> None:
     if len(times) == 2:
         print(f"emulation factor, Python workload (arm64 / x86): {times['linux/arm64'] / times['linux/amd64']:.2f}")
     bench_size([x86_twin(ARM_DEFAULT), ARM_DEFAULT])
+    bench_factors(REPORTS)
 
 
 if __name__ == "__main__":
@@ -215,6 +271,8 @@ if __name__ == "__main__":
         bench_quick()
     elif mode == "emulation":
         bench_emulation(rest[0] if rest else ARM_DEFAULT)
+    elif mode == "factors":
+        bench_factors(Path(rest[0]) if rest else REPORTS)
     elif mode == "lock":
         bench_lock(rest)
     elif mode in ("rebuild", "cold"):

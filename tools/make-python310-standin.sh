@@ -23,6 +23,7 @@ pkg_version=3.10.12-1~22.04.18
 orig=python3.10_3.10.12.orig.tar.xz
 orig_sha=afb74bf19130e7a47d10312c8f5e784f24e0527981eab68e20546cfb865830b8
 builder=rlbox/cpython-cross:3.10.12-aarch64
+epoch=1700000000  # the packages' file dates (any fixed value: only reproducibility matters)
 
 if docker image inspect "$image" >/dev/null 2>&1; then echo "$image already present"; exit 0; fi
 work=$(mktemp -d /tmp/rlbox-py310.XXXXXX)
@@ -87,7 +88,10 @@ Description: rlbox STAND-IN: CPython 3.10.12 built from source, not Ubuntu's pac
  (/usr/bin/python3.10, /usr/lib/python3.10, /usr/include/python3.10). This package holds no
  files: it tells dpkg that what the real package provides is present.
 EOF
-    dpkg-deb -Zgzip --build "$d" "$ctx/debs/$name.deb" >/dev/null
+    # Reproducible (fixed mtimes, SOURCE_DATE_EPOCH, root owner): the stand-ins of two chips made on
+    # one base are then the same image, and the A2 and A3 rehearsals share their first layers.
+    find "$d" -exec touch -h -d "@$epoch" {} +
+    SOURCE_DATE_EPOCH=$epoch dpkg-deb --root-owner-group -Zgzip --build "$d" "$ctx/debs/$name.deb" >/dev/null
 done
 cat > "$ctx/Dockerfile" <<EOF
 FROM $base

@@ -101,8 +101,11 @@ def _facts(**over):
     ({"imports": {"r": {"modules": {"qwen_vl_utils": {"state": "error", "reached": "import", "error": "No module named 'qwen_vl_utils'"}}}}},
      False, "     error       qwen_vl_utils: No module named 'qwen_vl_utils'"),
     ({"imports": {}}, False, "FAIL imports of r: not run"),
+    ({"verify": {"code": 0, "output": "rlbox-verify: r:x: 7 components ... pip check clean\n"
+                                      "rlbox-verify: expected from the lock's exclusions: torch 2.7.1 requires triton\n"}},
+     True, "ok   rlbox-verify: r:x: 7 components ... pip check clean"),
 ], ids=["green", "npu skip listed", "lazy listed, not failing", "verify fails", "shallow version", "missing import",
-        "imports not run"])
+        "imports not run", "verify summary before its expected lines"])
 def test_judgement(m, over, ok, line):
     p = rehearsal.plan(m, "verl_pt27_25rc3:ax-x86", {"r": {"release": "verl_pt27_25rc3",
                                                            "entrypoint": ["python3", "-m", "verl.trainer.main_ppo"]}})
@@ -150,3 +153,60 @@ def test_a_python_the_debian_stand_in_lacks_is_built_from_ubuntus_source_on_top_
     assert p.standin.script_args("8.3.RC1")[-1] == p.standin.os_image
     assert "plus CPython 3.10.12 as /usr/bin/python3.10, built from Ubuntu jammy-updates' python3.10" in p.describe()
     assert rehearsal.plan(m, "verl_pt27_25rc3:ax-x86", RECIPES).standin.os_image == ""  # Ubuntu has python3.10
+
+
+def _report(ref, platform, build_s=None, image_bytes=None, ok=True, cached=0):
+    timing = {"build_s": build_s, "checks_s": 10.0, "image_bytes": image_bytes, "steps_run": 19 - cached,
+              "steps_cached": cached} if build_s else {}
+    return {"plan": {"ref": ref, "platform": platform}, "ok": ok, "facts": {"timing": timing} if timing else {}}
+
+
+@pytest.mark.parametrize("reports, expected", [
+    # the arm64 rehearsal against its release's x86 one: ratios of build time and size
+    ([_report("r:ax-x86", "linux/amd64", 100.0, 8e9), _report("r:a3-arm", "linux/arm64", 250.0, 2e9)],
+     [("r:a3-arm", "r:ax-x86", 2.5, 0.25, [])]),
+    # two arm64 variants share the one x86 twin; rows in ref order
+    ([_report("r:a3-arm", "linux/arm64", 300.0, 3e9), _report("r:a2-arm", "linux/arm64", 200.0, 3e9),
+      _report("r:ax-x86", "linux/amd64", 100.0, 6e9)],
+     [("r:a2-arm", "r:ax-x86", 2.0, 0.5, []), ("r:a3-arm", "r:ax-x86", 3.0, 0.5, [])]),
+    # no x86 rehearsal of that release (another release's does not count): figures, no ratio
+    ([_report("s:ax-x86", "linux/amd64", 100.0, 8e9), _report("r:a2-arm", "linux/arm64", 250.0, 2e9)],
+     [("r:a2-arm", None, None, None, ["an amd64 rehearsal report of r"])]),
+    # a report without timing (an older rehearsal): named as missing, not a zero ratio
+    ([_report("r:ax-x86", "linux/amd64"), _report("r:a2-arm", "linux/arm64", 250.0, 2e9)],
+     [("r:a2-arm", "r:ax-x86", None, None, ["build_s of r:ax-x86", "checks_s of r:ax-x86", "image_bytes of r:ax-x86"])]),
+    # a build from the cache has no build time to compare (its size and checks still do)
+    ([_report("r:ax-x86", "linux/amd64", 100.0, 8e9), _report("r:a3-arm", "linux/arm64", 40.0, 2e9, cached=19)],
+     [("r:a3-arm", "r:ax-x86", None, 0.25, ["a cold build time of r:a3-arm (its build took 19 of 19 steps from the cache)"])]),
+    ([_report("r:ax-x86", "linux/amd64", 100.0, 8e9, cached=3), _report("r:a3-arm", "linux/arm64", 400.0, 2e9)],
+     [("r:a3-arm", "r:ax-x86", None, 0.25, ["a cold build time of r:ax-x86 (its build took 3 of 19 steps from the cache)"])]),
+    # x86 reports alone: nothing to compare
+    ([_report("r:ax-x86", "linux/amd64", 100.0, 8e9)], []),
+])
+def test_emulation_factors_pair_each_arm64_rehearsal_with_its_releases_x86_one(reports, expected):
+    rows = rehearsal.emulation_factors(reports)
+    assert [(r["ref"], r["x86_ref"], r["build_s_ratio"], r["image_bytes_ratio"], r["missing"]) for r in rows] == expected
+
+
+BUILD_LOG = """#4 [stage-0  1/20] FROM docker.io/rlbox/cann-standin:x
+#4 CACHED
+#5 [internal] load build context
+#5 DONE 1.0s
+#6 [stage-0  2/20] COPY templates/files/build-env.sh /opt/rlbox/lib/build-env.sh
+#6 CACHED
+#7 [stage-0  3/20] RUN --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources rlbox-pip --locked
+#7 0.512 Looking in links: /opt/rlbox/sources/wheels/aarch64-py3.10
+#7 DONE 812.3s
+#8 [3/3] RUN true
+#8 DONE 0.1s
+#9 exporting to image
+#9 DONE 2.0s""".splitlines()
+
+
+@pytest.mark.parametrize("log, expected", [
+    (BUILD_LOG, {"steps_run": 2, "steps_cached": 1}),  # FROM (always "CACHED") is not a step of ours
+    ([line for line in BUILD_LOG if "CACHED" not in line], {"steps_run": 3, "steps_cached": 0}),  # a cold build
+    ([], {"steps_run": 0, "steps_cached": 0}),
+])
+def test_build_steps_counts_what_ran_and_what_came_from_the_cache(log, expected):
+    assert rehearsal.build_steps(log) == expected

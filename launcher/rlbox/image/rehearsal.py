@@ -16,6 +16,7 @@ entrypoint reaches, imported (``scripts/imports.py``).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -192,7 +193,9 @@ def judge(p: RehearsalPlan, facts: dict[str, Any]) -> Report:
         ok = False
         lines.append(f"FAIL rlbox-verify: {verify.get('output', '').strip()[-600:]}")
     else:
-        lines.append(f"ok   {verify.get('output', '').strip().splitlines()[-1]}")
+        # its summary, whichever order stdout and stderr (the "expected from" lines) came in
+        out = verify.get("output", "").strip().splitlines() or [""]
+        lines.append(f"ok   {([x for x in out if 'expected from' not in x] or out)[-1]}")
         lines += [f"     {line}" for line in verify.get("output", "").splitlines() if "expected from" in line]
     pip_check = facts.get("pip_check", "").strip()
     lines.append(f"{'ok  ' if not pip_check or pip_check.startswith('No broken') else 'note'} pip check: "
@@ -333,16 +336,78 @@ def execute(m: Matrix, p: RehearsalPlan, *, ca_bundle: Path | None = None, echo=
         echo(f"filling the source cache for {p.ref}")
         sources.fetch(v, ca_bundle=ca_bundle, base_image=p.base, base_os=base_os, echo=echo)
     started = time.monotonic()
-    build.execute(p.build, echo=echo)
+    log: list[str] = []
+    build.execute(p.build, echo=lambda line: (log.append(line), echo(line)))
     took = time.monotonic() - started
     echo(f"checking {p.tag}")
     started = time.monotonic()
     facts = check(p)
     facts["timing"] = {"build_s": round(took, 1), "checks_s": round(time.monotonic() - started, 1),
-                       "image_bytes": image_size(p.tag)}
+                       "image_bytes": image_size(p.tag), **build_steps(log)}
     return judge(p, facts)
 
 
 def image_size(tag: str) -> int | None:
     out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", tag], capture_output=True, text=True)
     return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
+
+
+STEP = re.compile(r"^#(\d+) \[(?:[\w.-]+ +)?\d+/\d+\] (\w+)")
+CACHED = re.compile(r"^#(\d+) CACHED\s*$")
+
+
+def build_steps(log: list[str]) -> dict[str, int]:
+    """How many of the Dockerfile's steps BuildKit ran and how many came from its cache, from its
+    plain progress log (FROM, always reported cached, is not counted). ``steps_cached == 0``: a
+    cold build, whose time is the one to compare. Pure."""
+    kinds: dict[str, str] = {}
+    cached: set[str] = set()
+    for line in log:
+        step = STEP.match(line)
+        if step:
+            kinds[step.group(1)] = step.group(2)
+        elif CACHED.match(line):
+            cached.add(CACHED.match(line).group(1))
+    steps = {n for n, kind in kinds.items() if kind != "FROM"}
+    return {"steps_run": len(steps - cached), "steps_cached": len(steps & cached)}
+
+
+def emulation_factors(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each non-amd64 rehearsal's build time, checks time and image size against the linux/amd64
+    rehearsal of the same release (the emulation factor, when the other platform ran under QEMU),
+    from reports as `rlbox rehearse` writes them (``plan.ref``, ``plan.platform``,
+    ``facts.timing``). A build time counts only from a cold build (no step from the cache). Pure.
+
+    One row per non-amd64 report, in ref order: the figures of both sides and their ratios
+    (None where a figure is missing, with ``missing`` saying which and why)."""
+    def release(r: dict) -> str:
+        return r["plan"]["ref"].split(":", 1)[0]
+
+    def figure(r: dict | None, name: str, key: str, missing: list[str]) -> float | None:
+        if r is None:
+            return None
+        t = (r.get("facts") or {}).get("timing") or {}
+        if key == "build_s" and t.get("steps_cached"):
+            missing.append(f"a cold build time of {name} (its build took {t['steps_cached']} of "
+                           f"{t['steps_cached'] + t.get('steps_run', 0)} steps from the cache)")
+            return None
+        if not t.get(key):
+            missing.append(f"{key} of {name}")
+        return t.get(key) or None
+
+    x86 = {release(r): r for r in reports if r["plan"].get("platform") == "linux/amd64"}
+    rows = []
+    for r in sorted(reports, key=lambda r: r["plan"]["ref"]):
+        if r["plan"].get("platform") == "linux/amd64":
+            continue
+        twin = x86.get(release(r))
+        twin_name = twin["plan"]["ref"] if twin else ""
+        row: dict[str, Any] = {"ref": r["plan"]["ref"], "platform": r["plan"].get("platform"), "ok": r.get("ok"),
+                               "x86_ref": twin["plan"]["ref"] if twin else None, "x86_ok": twin.get("ok") if twin else None,
+                               "missing": [] if twin else [f"an amd64 rehearsal report of {release(r)}"]}
+        for key in ("build_s", "checks_s", "image_bytes"):
+            a = figure(r, row["ref"], key, row["missing"])
+            b = figure(twin, twin_name, key, row["missing"])
+            row[key], row[f"x86_{key}"], row[f"{key}_ratio"] = a, b, (round(a / b, 2) if a and b else None)
+        rows.append(row)
+    return rows
