@@ -67,7 +67,7 @@ class Sim:
     def hand_network(self, rep: int) -> list[str]:
         net = f"vl-bench-hand-{rep}"
         docker("network", "create", net)
-        return ["--network", net]
+        return ["--network", net]  # a container's name resolves to its address there: gloo finds its peers
 
     def hand_ray(self, head: str) -> tuple[list[str], list[str]]:
         return ["--head", "--port", "6379", "--dashboard-host", "0.0.0.0"], [f"--address={head}:6379"]
@@ -112,7 +112,11 @@ class OnTestbed:
         return proc.stdout.strip()
 
     def hand_network(self, rep: int) -> list[str]:
-        return ["--network", "host"]
+        # the hosts share one hostname, which resolves to 127.0.0.1: without an interface, gloo's workers
+        # offer their peers a loopback address ("Gloo connectFullMesh failed ... remote=[127.0.0.1]");
+        # an operator sets what rlbox sets on every node (the interface routing to the head)
+        return ["--network", "host", "-e", "GLOO_SOCKET_IFNAME=eth0", "-e", "TP_SOCKET_IFNAME=eth0",
+                "-e", "HCCL_SOCKET_IFNAME=eth0"]
 
     def hand_ray(self, head: str) -> tuple[list[str], list[str]]:
         ip1, ip2 = self.bed.address(1), self.bed.address(2)
