@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: a real verl job (recipe grpo-tiny-cpu on the verl_cpu image with the verl-cpu-shims
-stand-in, 2 simulated nodes x 2 NPUs) through `rlbox run --sim`, against the same job by hand.
+stand-in, 2 nodes x 2 NPUs) through `rlbox run`, against the same job by hand (simulated nodes;
+--testbed: two testbed hosts).
 
 1. Overhead to verl's first step: seconds from `rlbox run` to verl's `step:1` line, against the
    baseline measured in the same invocation: two containers of the same image on a Docker network
@@ -13,7 +14,16 @@ stand-in, 2 simulated nodes x 2 NPUs) through `rlbox run --sim`, against the sam
    cluster (its node table, /api/v0/nodes, marks the killed worker DEAD), what a launcher that only
    watched Ray would wait for before it could even start over.
 
-    bench/verl_overhead.py [--quick]     (--quick: one repetition; default 2)
+    bench/verl_overhead.py [--quick] [--testbed [--no-doctor]]     (--quick: one repetition; default 2)
+
+--testbed: the same on two hosts of a testbed (`rlbox testbed up`; each host its own address,
+Docker engine and sshd; docs/testbed.md) instead of the simulation: `rlbox run --cluster` over ssh
+with its pre-flight, against `ray start` in a `--network host` container on each host's own engine
+(head on host 1, worker on host 2) and `main_ppo` in the head; the worker is killed on host 2's
+engine. The image reaches both hosts through `rlbox distribute` before anything is timed (its time
+is printed apart). Testbed name and subnet: RLBOX_BENCH_TESTBED (default tbv) and
+RLBOX_BENCH_TESTBED_SUBNET (default 10.201.8.0/24). Needs root. --no-doctor: rlbox run without its
+pre-flight (pre-flight wants 20 GiB free on each host; testbed hosts share this machine's disk).
 
 Needs the engine and this machine's CPU torch wheel (the image is built if missing, as the test does).
 """
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import subprocess
@@ -38,6 +49,90 @@ sys.path.insert(0, str(REPO / "tests"))
 from support import verl_cpu  # noqa: E402
 
 DEVICES, CPUS = "3-4", "4"  # Ray ports 23000-23999 (slot 3); see docs/cpu-training.md for --num-cpus
+TESTBED = os.environ.get("RLBOX_BENCH_TESTBED", "tbv")
+TESTBED_SUBNET = os.environ.get("RLBOX_BENCH_TESTBED_SUBNET", "10.201.8.0/24")
+
+
+class Sim:
+    """Both ways on this machine's engine: rlbox's simulated nodes, by hand a Docker network."""
+
+    cluster = ("--sim", "--nodes", "2", "--no-doctor", "--devices", DEVICES)  # no doctor: other runs' NPUs share this engine
+
+    def cli(self, node: int) -> list[str]:
+        return ["docker"]
+
+    def docker(self, node: int, *args: str, check: bool = True) -> str:
+        return docker(*args, check=check)
+
+    def hand_network(self, rep: int) -> list[str]:
+        net = f"vl-bench-hand-{rep}"
+        docker("network", "create", net)
+        return ["--network", net]  # a container's name resolves to its address there: gloo finds its peers
+
+    def hand_ray(self, head: str) -> tuple[list[str], list[str]]:
+        return ["--head", "--port", "6379", "--dashboard-host", "0.0.0.0"], [f"--address={head}:6379"]
+
+    def address(self, node: int, container: str, rep: int) -> str:
+        return json.loads(docker("inspect", container))[0]["NetworkSettings"]["Networks"][f"vl-bench-hand-{rep}"]["IPAddress"]
+
+    def hand_cleanup(self, rep: int) -> None:
+        docker("network", "rm", f"vl-bench-hand-{rep}", check=False)
+
+    def down(self) -> None:
+        pass
+
+
+class OnTestbed:
+    """Both ways on two testbed hosts: rlbox over ssh, by hand on each host's own engine."""
+
+    def __init__(self, image: str, doctor: bool = True):
+        from support.testbed import Testbed, problem
+
+        why = problem()
+        if why:
+            raise SystemExit(f"bench --testbed: {why}")
+        self.bed = Testbed.up(hosts=2, hardware="a3", name=TESTBED, extra=("--subnet", TESTBED_SUBNET))
+        try:
+            t0 = time.monotonic()
+            self.bed.deliver(image)
+            print(f"image {image} to 2 testbed hosts by rlbox distribute: {time.monotonic() - t0:.1f} s (not timed below)",
+                  flush=True)
+        except BaseException:
+            self.down()
+            raise
+        self.cluster = ("--cluster", self.bed.cluster(1, 2), "--devices", "0-1", *(() if doctor else ("--no-doctor",)))
+
+    def cli(self, node: int) -> list[str]:
+        return ["docker", "-H", f"unix://{self.bed.socket(node + 1)}"]
+
+    def docker(self, node: int, *args: str, check: bool = True) -> str:
+        proc = self.bed.docker(node + 1, *args, check=False)
+        if check and proc.returncode != 0:
+            raise SystemExit(f"docker on host {node + 1} {shlex.join(args)}: {proc.stderr.strip()[-500:]}")
+        return proc.stdout.strip()
+
+    def hand_network(self, rep: int) -> list[str]:
+        # the hosts share one hostname, which resolves to 127.0.0.1: without an interface, gloo's workers
+        # offer their peers a loopback address ("Gloo connectFullMesh failed ... remote=[127.0.0.1]");
+        # an operator sets what rlbox sets on every node (the interface routing to the head)
+        return ["--network", "host", "-e", "GLOO_SOCKET_IFNAME=eth0", "-e", "TP_SOCKET_IFNAME=eth0",
+                "-e", "HCCL_SOCKET_IFNAME=eth0"]
+
+    def hand_ray(self, head: str) -> tuple[list[str], list[str]]:
+        ip1, ip2 = self.bed.address(1), self.bed.address(2)
+        return (["--head", "--port", "6379", f"--node-ip-address={ip1}", f"--dashboard-host={ip1}"],
+                [f"--address={ip1}:6379", f"--node-ip-address={ip2}"])
+
+    def address(self, node: int, container: str, rep: int) -> str:
+        return self.bed.address(node + 1)
+
+    def hand_cleanup(self, rep: int) -> None:
+        pass
+
+    def down(self) -> None:
+        proc = self.bed.down()
+        if proc.returncode != 0:
+            print(f"bench: testbed down: {proc.stderr.strip()[-500:]}", file=sys.stderr)
 
 
 class Lines:
@@ -70,13 +165,13 @@ def docker(*args: str, check: bool = True) -> str:
     return proc.stdout.strip()
 
 
-def with_rlbox(image: str, shared: Path, runs: Path, rep: int) -> dict:
+def with_rlbox(where, image: str, shared: Path, runs: Path, rep: int) -> dict:
     name = f"vl-bench-{rep}"
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", "2", "--devices", DEVICES,
+    proc = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", *where.cluster,
                              "--num-cpus", CPUS, "--image", image, "--recipe", "grpo-tiny-cpu", "--mount", f"{shared}:/data",
                              "--param", "steps=4", "--param", f"checkpoint_dir=/data/ck-rlbox-{rep}", "--max-restarts", "1",
-                             "--no-doctor", "--timeout", "900", "--name", name, "--runs-dir", str(runs)],
+                             "--timeout", "900", "--name", name, "--runs-dir", str(runs)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = Lines(proc)
     try:
@@ -84,7 +179,7 @@ def with_rlbox(image: str, shared: Path, runs: Path, rep: int) -> dict:
         out.wait_for("step:2 ", 600)
         state = json.loads((runs / name / "state.json").read_text())
         killed = time.monotonic()
-        docker("kill", state["nodes"][1]["container"])
+        where.docker(1, "kill", state["nodes"][1]["container"])
         named = out.wait_for("was lost", 300, after=killed)
         resuming = out.wait_for("Resuming from", 1200, after=killed)
         resumed = out.wait_for("step:3 ", 600, after=resuming)
@@ -104,19 +199,18 @@ def verl_argv() -> list[str]:
     return list(jobs.plan_job(argv, nodes=2, npus_per_node=2, run="bench", run_id="x").argv)
 
 
-def by_hand(image: str, shared: Path, rep: int, ckpt: str) -> dict:
-    net, head, worker = f"vl-bench-hand-{rep}", f"vl-bench-hand-{rep}-head", f"vl-bench-hand-{rep}-worker"
-    common = ["--detach", "--network", net, "--shm-size", "2g", "-v", f"{shared}:/data"]
+def by_hand(where, image: str, shared: Path, rep: int, ckpt: str) -> dict:
+    head, worker = f"vl-bench-hand-{rep}-head", f"vl-bench-hand-{rep}-worker"
     ray = ["ray", "start", "--block", "--disable-usage-stats", "--num-cpus", CPUS, "--resources", '{"NPU": 2}']
     argv = [a.replace("/data/ck-hand", ckpt) for a in verl_argv()]
-    docker("network", "create", net)
+    common = ["--detach", *where.hand_network(rep), "--shm-size", "2g", "-v", f"{shared}:/data"]
+    head_args, worker_args = where.hand_ray(head)
     proc = None
     try:
         t0 = time.monotonic()
-        docker("run", *common, "--name", head, image, *ray, "--head", "--port", "6379", "--dashboard-host", "0.0.0.0")
-        docker("run", *common, "--name", worker, image, *ray, f"--address={head}:6379")
-        head_ip = json.loads(docker("inspect", head))[0]["NetworkSettings"]["Networks"][net]["IPAddress"]
-        worker_ip = json.loads(docker("inspect", worker))[0]["NetworkSettings"]["Networks"][net]["IPAddress"]
+        where.docker(0, "run", *common, "--name", head, image, *ray, *head_args)
+        where.docker(1, "run", *common, "--name", worker, image, *ray, *worker_args)
+        head_ip, worker_ip = where.address(0, head, rep), where.address(1, worker, rep)
         nodes = f"http://{head_ip}:8265/api/v0/nodes"
         while True:  # what a person does: wait until `ray status` shows both nodes
             try:
@@ -128,13 +222,13 @@ def by_hand(image: str, shared: Path, rep: int, ckpt: str) -> dict:
             if time.monotonic() - t0 > 900:
                 raise SystemExit("by hand: the Ray cluster never had 2 nodes")
             time.sleep(0.5)
-        proc = subprocess.Popen(["docker", "exec", "-e", "RAY_ADDRESS=auto", head, *argv],
+        proc = subprocess.Popen([*where.cli(0), "exec", "-e", "RAY_ADDRESS=auto", head, *argv],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out = Lines(proc)
         first = out.wait_for("step:1 ", 1200)
         out.wait_for("step:2 ", 600)
         killed = time.monotonic()
-        docker("kill", worker)
+        where.docker(1, "kill", worker)
         dead = None
         while dead is None and time.monotonic() - killed < 300:
             try:
@@ -148,13 +242,17 @@ def by_hand(image: str, shared: Path, rep: int, ckpt: str) -> dict:
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
-        docker("rm", "--force", head, worker, check=False)
-        docker("network", "rm", net, check=False)
+        where.docker(0, "rm", "--force", head, check=False)
+        where.docker(1, "rm", "--force", worker, check=False)
+        where.hand_cleanup(rep)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one repetition")
+    ap.add_argument("--testbed", action="store_true", help="on two testbed hosts (rlbox run --cluster) instead of --sim")
+    ap.add_argument("--no-doctor", action="store_true",
+                    help="with --testbed: rlbox run without its pre-flight (e.g. the hosts share a disk under 20 GiB free)")
     args = ap.parse_args()
     reps = 1 if args.quick else 2
     work = Path(tempfile.mkdtemp(prefix="vl-bench-"))
@@ -166,11 +264,17 @@ def main() -> int:
     for made in (verl_cpu.make_model(image, shared), verl_cpu.make_data(image, shared, work / "hub")):
         if made.returncode != 0:
             raise SystemExit(made.stderr[-2000:])
+    where = OnTestbed(image, doctor=not args.no_doctor) if args.testbed else Sim()
     rl, hand = [], []
-    for rep in range(reps):
-        hand.append(by_hand(image, shared, rep, f"/data/ck-hand-{rep}"))
-        rl.append(with_rlbox(image, shared, work / "runs", rep))
-        print(f"rep {rep}: rlbox {rl[-1]}  by hand {hand[-1]}", flush=True)
+    try:
+        for rep in range(reps):
+            hand.append(by_hand(where, image, shared, rep, f"/data/ck-hand-{rep}"))
+            rl.append(with_rlbox(where, image, shared, work / "runs", rep))
+            print(f"rep {rep}: rlbox {rl[-1]}  by hand {hand[-1]}", flush=True)
+    finally:
+        where.down()
+    print("on " + (f"2 testbed hosts (rlbox run --cluster, pre-flight {'off' if args.no_doctor else 'on'})" if args.testbed
+                    else "2 simulated nodes (rlbox run --sim)"))
     first_rl = statistics.median(r["first_step"] for r in rl)
     first_hand = statistics.median(h["first_step"] for h in hand)
     named = statistics.median(r["named"] for r in rl)

@@ -139,3 +139,24 @@ def cpu_release_image(engine, tmp_path_factory):
         pytest.skip(msg)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return verl_cpu.release_tag()
+
+
+# The session's testbed (docs/testbed.md): RLBOX_TEST_TESTBED / RLBOX_TEST_TESTBED_SUBNET give another
+# name and subnet, so that two sessions on one machine never share one.
+TESTBED_NAME = os.environ.get("RLBOX_TEST_TESTBED", "tbt")
+TESTBED_SUBNET = os.environ.get("RLBOX_TEST_TESTBED_SUBNET", "10.201.1.0/24")
+
+
+@pytest.fixture(scope="session")
+def testbed(engine):
+    """One 4-host A3 testbed for the whole session, shared by tests/testbed/ and tests/training/:
+    bare hosts (namespaces, engines, sshd, NPU stand-ins, a few seconds); each user delivers the image
+    it needs (`Testbed.deliver`, or `rlbox run` itself), once per session, since the hosts' engines
+    live as long as the testbed. Taken down, and proved empty, at the session's end."""
+    from support.testbed import Testbed
+
+    bed = Testbed.up(hosts=4, hardware="a3", name=TESTBED_NAME, extra=("--subnet", TESTBED_SUBNET))
+    yield bed
+    proc = bed.down()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+

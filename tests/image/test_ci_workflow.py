@@ -87,10 +87,11 @@ def test_job_matrix_is_the_matrix(m, doc):
     build = doc["jobs"]["build"]
     assert build["strategy"]["fail-fast"] is False
     include = build["strategy"]["matrix"]["include"]
-    assert len(include) == len(m.variants)
-    assert [j["ref"] for j in include] == [v.ref for v in m.variants]
+    in_ci = [v for v in m.variants if not v.release.local_only]
+    assert len(include) == len(in_ci) and len(in_ci) >= len(m.variants) - 1
+    assert [j["ref"] for j in include] == [v.ref for v in in_ci]
     assert len({j["ref"] for j in include}) == len(include)
-    for job, v in zip(include, m.variants):
+    for job, v in zip(include, in_ci):
         assert job["platform"] == v.platform
         assert job["runner"] == {"linux/arm64": "ubuntu-24.04-arm", "linux/amd64": "ubuntu-24.04"}[v.platform]
         assert job["qemu_runner"] == "ubuntu-24.04"
@@ -240,7 +241,7 @@ def test_a_new_variant_makes_the_workflow_stale(tree):
     include = yaml.safe_load((tree / workflow.PATH).read_text())["jobs"]["build"]["strategy"]["matrix"]["include"]
     new = [j for j in include if j["ref"] == "verl_pt27_25rc3:a2-arm-next"]
     assert len(new) == 1 and new[0]["runner"] == "ubuntu-24.04-arm" and new[0]["push"] is True
-    assert len(include) == len(matrix.load(tree).variants)
+    assert len(include) == len([v for v in matrix.load(tree).variants if not v.release.local_only])
     assert rlbox("render", "--check", env=env).returncode == 0
 
 
@@ -248,3 +249,52 @@ def test_a_deleted_workflow_is_reported_missing(tree):
     (tree / workflow.PATH).unlink()
     proc = rlbox("render", "--check", env={"RLBOX_ROOT": str(tree)})
     assert proc.returncode == 1 and "missing: .github/workflows/images.yml" in proc.stdout
+
+
+def test_a_release_built_only_locally_is_left_out_and_named_with_its_reason(m, doc):
+    """verl_cpu's torch comes from a loopback index only the developer's machine serves: no job for it
+    (a hosted runner cannot reach 127.0.0.1), and the generated file says so and why."""
+    refs = [j["ref"] for j in doc["jobs"]["build"]["strategy"]["matrix"]["include"]]
+    assert "verl_cpu:amd64" not in refs and "rlbox_sim:amd64" in refs
+    header = WORKFLOW.read_text().split("\nname: images\n")[0]
+    assert f"# Builds the RELEASE:VARIANTs of the matrix ({len(refs)} jobs)" in header
+    said = " ".join(line.lstrip("# ") for line in header.splitlines())
+    assert "Not built here (the release says `local_only`" in said
+    assert "verl_cpu:amd64: torch 2.13.0+cpu comes from a loopback index (127.0.0.1:23461" in said
+    assert "Build it with `make cpu-image`." in said
+    for v in m.variants:  # every variant with a loopback index is a local_only one, and the other way round
+        assert bool(workflow.loopback_indexes(v)) == bool(v.release.local_only), v.ref
+
+
+def test_a_loopback_index_without_local_only_is_refused_in_one_line(tree):
+    """Rendering a job that cannot work is refused, naming the file and field and what to do."""
+    env = {"RLBOX_ROOT": str(tree)}
+    path = tree / "images" / "verl_cpu.yaml"
+    data = yaml.safe_load(path.read_text())
+    del data["local_only"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    for args in (("render",), ("render", "--check")):
+        proc = rlbox(*args, env=env)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == (
+            "rlbox: error: images/verl_cpu.yaml: components.torch.index_url: http://127.0.0.1:23461/simple is a "
+            "loopback index, which no CI runner can reach (verl_cpu:amd64 cannot build in the images workflow); "
+            "give the release `local_only: <why it builds only on a developer's machine>`, or an index CI can reach")
+    # an index a runner can reach is a job again
+    data["components"]["torch"]["index_url"] = "https://download.pytorch.org/whl/cpu"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert rlbox("render", env=env).returncode == 0
+    refs = [j["ref"] for j in yaml.safe_load((tree / workflow.PATH).read_text())["jobs"]["build"]["strategy"]["matrix"]["include"]]
+    assert "verl_cpu:amd64" in refs
+
+
+@pytest.mark.parametrize("url, loopback", [
+    ("http://127.0.0.1:23461/simple", True), ("http://localhost/simple", True), ("http://[::1]:8080/simple", True),
+    ("http://user@127.0.0.2/simple", True), ("https://download.pytorch.org/whl/cpu", False),
+    ("http://10.0.0.1:8080/simple", False),
+])
+def test_loopback_indexes_are_recognised(m, url, loopback):
+    v = next(v for v in m.variants if v.ref == "verl_cpu:amd64")
+    torch = next(c for c in v.components if c.name == "torch")
+    moved = type(torch)(torch.name, torch.spec.model_copy(update={"index_url": url}), torch.patches)
+    assert bool(workflow.loopback_indexes(type(v)(**{**v.__dict__, "components": (moved,)}))) is loopback

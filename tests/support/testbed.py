@@ -5,6 +5,7 @@ taken down the same way, and proved empty afterwards.
     from support.testbed import Testbed
     with Testbed.up(hosts=2, hardware="a3", name="tbx", image=IMAGE) as bed:
         bed.cluster_file                 # for `rlbox run --cluster`
+        bed.deliver(OTHER)               # `rlbox distribute OTHER` to every host; cluster files name it
         bed.socket(1)                    # unix socket of host 1's engine (docker -H unix://...)
         bed.docker(2, "ps", "-a")        # the docker CLI against host 2's engine
         bed.cluster(2, 1)                # a cluster file of hosts 2 and 1 (host 2 the head)
@@ -64,6 +65,7 @@ class Testbed:
     name: str
     root: str
     record: dict
+    image: str | None = None  # the image every host holds, named by the cluster files ``cluster()`` writes
     __test__ = False
 
     # -- life -----------------------------------------------------------------------------------
@@ -77,7 +79,14 @@ class Testbed:
         if image:
             args += ["--image", image]
         rlbox(*args, check=True)
-        return cls(name, root, json.loads(Path(root, name, "testbed.json").read_text()))
+        return cls(name, root, json.loads(Path(root, name, "testbed.json").read_text()), image)
+
+    def deliver(self, image: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+        """`rlbox distribute IMAGE` to every host (one pipelined stream, layers they hold left out);
+        the cluster files ``cluster()`` writes name it from then on."""
+        proc = rlbox("distribute", image, "--cluster", self.cluster_file, check=True, timeout=timeout)
+        self.image = image
+        return proc
 
     def down(self) -> subprocess.CompletedProcess:
         return rlbox("testbed", "down", "--name", self.name, "--root", self.root)
@@ -123,9 +132,12 @@ class Testbed:
                                f"root@{self.address(index)}", *command], capture_output=True, text=True, timeout=60)
 
     def cluster(self, *indices: int, path: Path | None = None) -> str:
-        """A cluster file of some of the hosts, in this order (the first is the head)."""
-        lines = [line for line in Path(self.cluster_file).read_text().splitlines() if not line.startswith("  - host:")]
-        lines += [f"  - host: {self.address(i)}" for i in indices]
+        """A cluster file of some of the hosts, in this order (the first is the head), naming the
+        image the hosts were given (``up(image=)`` or ``deliver``)."""
+        lines = [line for line in Path(self.cluster_file).read_text().splitlines()
+                 if not line.startswith(("  - host:", "image:", "hosts:"))]
+        lines += [f"image: {self.image}"] if self.image else []
+        lines += ["hosts:", *(f"  - host: {self.address(i)}" for i in indices)]
         path = path or Path(self.record["root"], self.name, f"cluster-{'-'.join(map(str, indices))}.yaml")
         path.write_text("\n".join(lines) + "\n")
         return str(path)

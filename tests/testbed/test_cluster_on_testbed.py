@@ -1,7 +1,9 @@
 """The production path, `rlbox run --cluster`, on testbed hosts: each its own address, Docker
-engine and sshd, reached over ssh; no --sim anywhere. One 4-host A3 testbed for the session
-(the ``bed`` fixture); most tests use two of its hosts. Every test ends with nothing of its run left on
-any host (the ``clean`` fixture), and the session's `testbed down` with nothing of the testbed."""
+engine and sshd, reached over ssh; no --sim anywhere. The session's 4-host A3 testbed (the
+``testbed`` fixture of tests/conftest.py, shared with tests/training/) with the simulation image
+delivered to every host (``bed``); most tests use two of its hosts. Every test ends with nothing of
+its run left on any host (the ``clean`` fixture), and the session's `testbed down` with nothing of
+the testbed."""
 
 from __future__ import annotations
 
@@ -16,17 +18,13 @@ from support.testbed import REPO, Testbed, rlbox
 
 pytestmark = pytest.mark.engine
 
-SESSION_NAME = "tbt"
-SESSION_SUBNET = "10.201.1.0/24"
-
 
 @pytest.fixture(scope="session")
-def bed(sim_image):
-    testbed = Testbed.up(hosts=4, hardware="a3", name=SESSION_NAME, image=sim_image,
-                         extra=("--subnet", SESSION_SUBNET))
-    yield testbed
-    proc = testbed.down()
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def bed(testbed, sim_image):
+    """The session's testbed, the simulation image on every host (`rlbox distribute`, once)."""
+    if testbed.image != sim_image:
+        testbed.deliver(sim_image)
+    return testbed
 
 
 @pytest.fixture
@@ -52,7 +50,7 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
 
 def test_four_hosts_bring_up_64_npus_and_the_smoke_job_passes(clean, tmp_path):
     bed = clean
-    proc = run("--cluster", bed.cluster_file, "--smoke-test", "--name", "tbt-smoke", "--runs-dir", tmp_path)
+    proc = run("--cluster", bed.cluster(1, 2, 3, 4), "--smoke-test", "--name", "tbt-smoke", "--runs-dir", tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     err = proc.stderr
     assert "cluster ready: 4 nodes, 64 NPUs" in err, err[-3000:]

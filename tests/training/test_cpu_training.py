@@ -1,12 +1,14 @@
-"""A real verl job through the launcher on CPU (issue 19): release verl_cpu with the verl-cpu-shims
-stand-in, the recipe grpo-tiny-cpu on 2 simulated nodes x 2 NPUs, a tiny random Qwen2 made here
-and a GSM8K-format sample converted by `rlbox data prepare`. verl trains and checkpoints every
-step; a node is killed after verl's step 2; rlbox names it, restarts, and verl resumes from its own
-checkpoint; then `rlbox metrics` reads verl's real step lines, `rlbox merge` runs verl's
-model_merger on the real shards, and a run with a data path verl cannot open is triaged.
-
-`scenario(cluster, ...)` takes the cluster options (`--sim --nodes 2` here; the multi-host
-testbed's options when it lands), so moving the test onto another cluster is one line.
+"""A real verl job through the launcher on CPU (issue 19), on the production path: `rlbox run
+--cluster` over ssh to two testbed hosts (the session's testbed, tests/conftest.py; each host its
+own address, Docker engine, sshd and NPU stand-ins; docs/testbed.md), 2 NPUs of each. Release
+verl_cpu with the verl-cpu-shims stand-in, delivered to the hosts by `rlbox run` itself; the recipe
+grpo-tiny-cpu; a tiny random Qwen2 made here and a GSM8K-format sample converted by `rlbox data
+prepare`, on a folder of this machine every host mounts at /data (the hosts share this machine's
+filesystem, as cluster nodes share NFS). verl trains and checkpoints every step; after verl's step 2
+the worker's container is killed on its own host's engine; rlbox names it, restarts, and verl resumes
+from its own checkpoint; then `rlbox metrics` reads verl's real step lines, `rlbox merge` runs verl's
+model_merger on the real shards, and a run with a data path verl cannot open is triaged. Pre-flight
+(`rlbox doctor` over ssh on each host) stays on, as in production.
 """
 
 from __future__ import annotations
@@ -22,12 +24,11 @@ import pytest
 
 from conftest import REPO, rlbox
 from support import verl_cpu
-from support.engine import leftovers, remove_test_runs
 
 pytestmark = pytest.mark.engine
 
 PREFIX = "vl-"
-SIM = ("--sim", "--nodes", "2")  # the cluster: swap for the testbed's options
+HOSTS = (1, 2)  # of the session's testbed: host 1 the head, host 2 the worker (node 1), killed
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +38,24 @@ def cpu_image(cpu_release_image):
 
 
 @pytest.fixture(scope="module")
+def bed(testbed):
+    """The session's testbed; after the module, no container of a vl- run on any host."""
+    yield testbed
+    left = [line for h in testbed.hosts for line in testbed.leftovers_prefix(PREFIX, h["index"])]
+    testbed.remove_runs(PREFIX)
+    assert left == [], left
+
+
+@pytest.fixture(scope="module")
 def shared(cpu_image, tmp_path_factory):
-    """The mount every node has (/data): the model, the data, the checkpoints."""
+    """The mount every node has (/data): the model, the data, the checkpoints. A folder of this
+    machine, which every testbed host sees at the same path."""
     root = tmp_path_factory.mktemp("vl-shared")
     made = verl_cpu.make_model(cpu_image, root)
     assert made.returncode == 0, made.stderr[-3000:]
     prepared = verl_cpu.make_data(cpu_image, root, tmp_path_factory.mktemp("vl-hub"))
     assert prepared.returncode == 0, prepared.stderr[-3000:]
-    yield root
-    remove_test_runs(PREFIX)
+    return root
 
 
 class Run:
@@ -76,50 +86,54 @@ class Run:
         return "".join(self.lines)
 
 
-def run_argv(cluster, image: str, shared: Path, runs: Path, name: str, *extra: str) -> list[str]:
+def run_argv(cluster: str, image: str, shared: Path, runs: Path, name: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "rlbox.cli",
-            "run", *cluster, "--image", image, "--recipe", "grpo-tiny-cpu", "--mount", f"{shared}:/data",
-            "--name", name, "--runs-dir", str(runs), "--no-doctor", "--timeout", "900",
-            # NPU ids 3-4: Ray ports 23000-23999 (another run may hold slot 0); 4 CPUs for Ray: verl's
-            # TaskRunner holds one on the head beside the head's {CPU: 1, NPU: 1} x 2 placement group
-            "--devices", "3-4", "--num-cpus", "4", *extra]
+            "run", "--cluster", cluster, "--image", image, "--recipe", "grpo-tiny-cpu", "--mount", f"{shared}:/data",
+            "--name", name, "--runs-dir", str(runs), "--timeout", "900",
+            # NPUs 0-1 of each host's 16; 4 CPUs for Ray: verl's TaskRunner holds one on the head beside
+            # the head's {CPU: 1, NPU: 1} x 2 placement group (Ray would detect this machine's 2)
+            "--devices", "0-1", "--num-cpus", "4", *extra]
 
 
-def scenario(cluster, image: str, shared: Path, runs: Path, kill) -> dict:
+def scenario(cluster: str, image: str, shared: Path, runs: Path, kill) -> dict:
     """Train with --max-restarts 1, kill a node after verl's step 2 (``kill(run_dir, index)``),
     let rlbox restart; returns what the checks need."""
     name = f"{PREFIX}train"
+    started = time.monotonic()
     run = Run(run_argv(cluster, image, shared, runs, name, "--max-restarts", "1"))
-    run.until("step:2 ", timeout=900)
+    run.until("step:2 ", timeout=1800)  # the first run on fresh hosts delivers the image first
     kill(runs / name, 1)
     code = run.finish(timeout=900)
-    return {"name": name, "code": code, "output": run.text()}
+    return {"name": name, "code": code, "output": run.text(), "seconds": time.monotonic() - started}
 
 
-def kill_sim_node(run_dir: Path, index: int) -> None:
-    import docker
+def test_verl_trains_loses_a_node_resumes_merges_and_reports(bed, cpu_image, shared, runs, tmp_path):
+    def kill_on_its_host(run_dir: Path, index: int) -> None:  # the node's container, on its own host's engine
+        container = json.loads((run_dir / "state.json").read_text())["nodes"][index]["container"]
+        bed.docker(HOSTS[index], "kill", container)
 
-    state = json.loads((run_dir / "state.json").read_text())
-    docker.from_env().containers.get(state["nodes"][index]["container"]).kill()
-
-
-def test_verl_trains_loses_a_node_resumes_merges_and_reports(cpu_image, shared, runs, tmp_path):
-    got = scenario(SIM, cpu_image, shared, runs, kill_sim_node)
+    got = scenario(bed.cluster(*HOSTS), cpu_image, shared, runs, kill_on_its_host)
     name, out = got["name"], got["output"]
     assert got["code"] == 0, out[-6000:]
-    # the stand-in is named in the run's output
+    delivered = [line for line in out.splitlines() if line.startswith("rlbox: deliver: ") and "verified by image id" in line]
+    print(f"\n{name}: {got['seconds']:.0f} s in all; " + (delivered[0] if delivered else "image already on both hosts"))
+    # the production path: ssh to each host, pre-flight on each, the stand-in named
+    assert f"started on {bed.address(1)} (2 NPUs)" in out and f"started on {bed.address(2)} (2 NPUs)" in out, out[-4000:]
+    assert "pre-flight: " in out and " checks passed on 2 node(s)" in out, out[-4000:]
     assert "stand-in: verl CPU shims" in out
-    # rlbox names the lost node and restarts; verl resumes from its own checkpoint, not step 0
-    assert "restart 1/1: node1 (sim1), the worker, was lost" in out, out[-4000:]
+    # rlbox names the lost node (by its host) and restarts; verl resumes from its own checkpoint, not step 0
+    assert f"restart 1/1: node1 ({bed.address(2)}), the worker, was lost" in out, out[-4000:]
     assert "Resuming from /data/checkpoints/grpo-tiny-cpu/global_step_" in out
     resumed = int(out.split("Resuming from /data/checkpoints/grpo-tiny-cpu/global_step_")[1].split()[0])
     assert resumed >= 2
     assert f"step:{resumed + 1} " in out.split("Resuming from")[1]
     state = json.loads((runs / name / "state.json").read_text())
     assert state["restarts"][0]["resumed_step"] == resumed
+    assert state["sim"] is False and [(n["host"], n["transport"]) for n in state["nodes"]] == \
+        [(bed.address(1), "ssh"), (bed.address(2), "ssh")]
     ckpt = shared / "checkpoints" / "grpo-tiny-cpu"
     assert sorted(p.name for p in ckpt.glob("global_step_*")) == [f"global_step_{n}" for n in range(1, 6)]
-    assert leftovers(name) == []
+    assert bed.leftovers(name) == []
 
     # verl's real per-step metrics from the run's log
     table = rlbox("metrics", name, "--runs-dir", str(runs))
@@ -161,12 +175,13 @@ def test_the_release_image_does_not_carry_the_shims(cpu_image):
     assert "stand-in    verl CPU shims" in shown.stdout, shown.stdout + shown.stderr
 
 
-def test_a_data_path_verl_cannot_open_is_triaged_with_its_fix(cpu_image, shared, runs):
+def test_a_data_path_verl_cannot_open_is_triaged_with_its_fix(bed, cpu_image, shared, runs):
     name = f"{PREFIX}nodata"
-    proc = subprocess.run(run_argv(SIM, cpu_image, shared, runs, name, "--param", "train_files=/data/datasets/gsm8k/trian.parquet"),
-                          cwd=REPO, text=True, capture_output=True, timeout=900)
+    proc = subprocess.run(run_argv(bed.cluster(*HOSTS), cpu_image, shared, runs, name,
+                                   "--param", "train_files=/data/datasets/gsm8k/trian.parquet"),
+                          cwd=REPO, text=True, capture_output=True, timeout=1800)
     assert proc.returncode != 0
     report = rlbox("triage", name, "--runs-dir", str(runs))
     assert "data-file-missing" in report.stdout + report.stderr, report.stdout[-3000:]
     assert "/data/datasets/gsm8k/trian.parquet" in report.stdout
-    assert leftovers(name) == []
+    assert bed.leftovers(name) == []

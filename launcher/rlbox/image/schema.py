@@ -249,6 +249,10 @@ class Release(Strict):
     )
     components: dict[str, Component] = Field(min_length=1)
     variants: dict[str, Variant] = Field(min_length=1)
+    local_only: str | None = Field(
+        None, min_length=10, max_length=400, description="why this release builds only on a developer's machine "
+        "(e.g. a component from a loopback index); the CI workflow leaves its variants out and gives this reason"
+    )
 
     @field_validator("python")
     @classmethod
