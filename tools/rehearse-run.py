@@ -15,28 +15,28 @@ user runs it:
 and writes build/rehearse-run/REPORT.json and REPORT.md: the verdict, the figures, verl's own key log
 lines, and on a failure the exact exception and the frame (file:line) it came from. Exit 0 only when
 the job trained, resumed and merged. Names: run rr-train, containers rr-*, Ray ports of NPU slot 5
-(25000-25999), the sample's HF-style server on 127.0.0.1:25080.
+(25000-25999), the model and the data made as the CPU training test makes them (tests/support/verl_cpu.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import http.server
 import json
 import re
+import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from support import verl_cpu  # noqa: E402  (the tiny model and the GSM8K sample, as the CPU training test makes them)
+
 OUT = REPO / "build" / "rehearse-run"
 STANDIN = "verl-cpu-shims"
 RUN = "rr-train"
 DEVICES = "5-6"      # NPU ids 5-6: Ray ports 25000-25999 (this run's range)
-HUB_PORT = 25080
-SAMPLE = REPO / "tests" / "fixtures" / "gsm8k-sample"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 # verl's and rlbox's own lines the report keeps, in order
@@ -142,29 +142,6 @@ def present(image: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
 
 
-def serve_sample(root: Path) -> http.server.ThreadingHTTPServer:
-    """The sample as openai/gsm8k's parquet files, laid out like the hub's resolve/main URLs."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    for split in ("train", "test"):
-        rows = [json.loads(line) for line in (SAMPLE / f"{split}.jsonl").read_text().splitlines() if line.strip()]
-        dest = root / "datasets" / "openai/gsm8k" / "resolve" / "main" / "main" / f"{split}-00000-of-00001.parquet"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows), dest)
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, directory=str(root), **kw)
-
-        def log_message(self, *a):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", HUB_PORT), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def step(title: str) -> None:
     print(f"== {title}", file=sys.stderr, flush=True)
 
@@ -210,9 +187,7 @@ def main() -> int:
     image = p.tag
 
     shared, runs = OUT / "shared", OUT / "runs"
-    for old in (runs / RUN,):
-        if old.exists():
-            subprocess.run(["rm", "-rf", str(old)], check=True)
+    shutil.rmtree(runs / RUN, ignore_errors=True)
     if shared.exists():  # a fresh start: the job resumes only from this run's checkpoints
         subprocess.run(["docker", "run", "--rm", "--name", "rr-clean", "--network", "none", "--user", "0", "-v",
                         f"{shared}:/data", image, "rm", "-rf", "/data/checkpoints", "/data/models", "/data/datasets"],
@@ -221,26 +196,16 @@ def main() -> int:
     runs.mkdir(parents=True, exist_ok=True)
 
     step("the tiny model (tools/make-tiny-model.py in the image)")
-    model = ["docker", "run", "--rm", "--name", "rr-model", "--network", "none", "--user", "0",
-             "-v", f"{REPO / 'tools' / 'make-tiny-model.py'}:/tmp/make-tiny-model.py:ro", "-v", f"{SAMPLE}:/sample:ro",
-             "-v", f"{shared}:/data", image, "python3", "/tmp/make-tiny-model.py", "/data/models/tiny-qwen2",
-             "--corpus", "/sample/train.jsonl"]
-    commands.append(" ".join(model))
-    made = subprocess.run(model, text=True, capture_output=True)
+    commands.append(f"docker run {image} python3 tools/make-tiny-model.py /data/models/tiny-qwen2 "
+                    "--corpus tests/fixtures/gsm8k-sample/train.jsonl")
+    made = verl_cpu.make_model(image, shared)
     if made.returncode != 0:
         print(made.stdout[-2000:], made.stderr[-4000:], file=sys.stderr)
         return write(args, p, image, commands, figures, 1, made.stdout + made.stderr, [], None, "", "")
 
     step("the data (rlbox data prepare gsm8k, from the sample on a local HF-style server)")
-    hub = serve_sample(OUT / "hub")
-    try:
-        prep = ["data", "prepare", "gsm8k", "--image", image, "--out", str(shared / "datasets"),
-                "--endpoint", f"http://127.0.0.1:{HUB_PORT}"]
-        commands.append("rlbox " + " ".join(prep))
-        prepared = rlbox(*prep)
-    finally:
-        hub.shutdown()
-        hub.server_close()
+    commands.append(f"rlbox data prepare gsm8k --image {image} --out {shared / 'datasets'} --endpoint URL")
+    prepared = verl_cpu.make_data(image, shared, OUT / "hub")
     if prepared.returncode != 0:
         print(prepared.stdout[-2000:], prepared.stderr[-4000:], file=sys.stderr)
         return write(args, p, image, commands, figures, 1, prepared.stdout + prepared.stderr, [], None, "", "")
@@ -295,7 +260,7 @@ def main() -> int:
 
 def write(args, p, image: str, commands: list[str], figures: dict, code, output: str, steps: list[int],
           merge_code, merge_out: str, triage: str = "") -> int:
-    verdict = judge(code, output, steps, merge_code, merge_out, args.steps if not args.no_kill else args.steps)
+    verdict = judge(code, output, steps, merge_code, merge_out, args.steps)
     if args.no_kill:
         verdict["checks"].pop("a node was lost and rlbox restarted")
         verdict["checks"].pop("verl resumed from its checkpoint")
