@@ -30,7 +30,6 @@ header) and restored, then re-rendered, whatever happens; the bench's builds are
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -97,14 +96,8 @@ def timed_build(ref: str, no_cache: bool = False, tag: str | None = None) -> tup
     took = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"build failed: {proc.stdout[-800:]}")
-    log = proc.stdout + proc.stderr
-    steps = {}
-    for line in log.splitlines():
-        found = re.match(r"#(\d+) \[stage-0 +(\d+)/(\d+)\] (\w+) (.*)", line)
-        if found:
-            steps[found.group(1)] = f"{found.group(2)}/{found.group(3)} {found.group(4)} {found.group(5)[:70]}"
-    cached = set(re.findall(r"^#(\d+) CACHED", log, re.M))
-    rebuilt = [s for n, s in steps.items() if n not in cached]
+    rebuilt = [f"{s.position} {s.kind} {s.text[:70]}"
+               for s in rehearsal.parse_build_log((proc.stdout + proc.stderr).splitlines()) if not s.cached]
     return took, rebuilt, tag or p.tag
 
 

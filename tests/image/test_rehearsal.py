@@ -210,3 +210,10 @@ BUILD_LOG = """#4 [stage-0  1/20] FROM docker.io/rlbox/cann-standin:x
 ])
 def test_build_steps_counts_what_ran_and_what_came_from_the_cache(log, expected):
     assert rehearsal.build_steps(log) == expected
+
+
+def test_build_log_steps_keep_their_position_kind_and_whether_cached():
+    """What bench/image_rehearsal.py lists as the steps a rebuild ran."""
+    assert [(s.position, s.kind, s.cached) for s in rehearsal.parse_build_log(BUILD_LOG)] == [
+        ("1/20", "FROM", True), ("2/20", "COPY", True), ("3/20", "RUN", False), ("3/3", "RUN", False)]
+    assert rehearsal.parse_build_log(BUILD_LOG)[1].text == "templates/files/build-env.sh /opt/rlbox/lib/build-env.sh"

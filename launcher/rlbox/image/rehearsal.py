@@ -352,24 +352,37 @@ def image_size(tag: str) -> int | None:
     return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
 
 
-STEP = re.compile(r"^#(\d+) \[(?:[\w.-]+ +)?\d+/\d+\] (\w+)")
+STEP = re.compile(r"^#(\d+) \[(?:[\w.-]+ +)?(\d+/\d+)\] (\w+) ?(.*)")
 CACHED = re.compile(r"^#(\d+) CACHED\s*$")
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """One Dockerfile step in BuildKit's plain progress log."""
+    position: str  # "3/20"
+    kind: str      # FROM, COPY, RUN, ...
+    text: str      # the instruction's arguments
+    cached: bool   # from BuildKit's cache
+
+
+def parse_build_log(log: list[str]) -> list[BuildStep]:
+    """The Dockerfile's steps in a BuildKit plain progress log, in the order BuildKit numbered them. Pure."""
+    found: dict[str, tuple[str, str, str]] = {}
+    cached: set[str] = set()
+    for line in log:
+        if step := STEP.match(line):
+            found[step.group(1)] = step.group(2, 3, 4)
+        elif hit := CACHED.match(line):
+            cached.add(hit.group(1))
+    return [BuildStep(position, kind, text, number in cached) for number, (position, kind, text) in found.items()]
 
 
 def build_steps(log: list[str]) -> dict[str, int]:
     """How many of the Dockerfile's steps BuildKit ran and how many came from its cache, from its
     plain progress log (FROM, always reported cached, is not counted). ``steps_cached == 0``: a
     cold build, whose time is the one to compare. Pure."""
-    kinds: dict[str, str] = {}
-    cached: set[str] = set()
-    for line in log:
-        step = STEP.match(line)
-        if step:
-            kinds[step.group(1)] = step.group(2)
-        elif CACHED.match(line):
-            cached.add(CACHED.match(line).group(1))
-    steps = {n for n, kind in kinds.items() if kind != "FROM"}
-    return {"steps_run": len(steps - cached), "steps_cached": len(steps & cached)}
+    steps = [s for s in parse_build_log(log) if s.kind != "FROM"]
+    return {"steps_run": sum(not s.cached for s in steps), "steps_cached": sum(s.cached for s in steps)}
 
 
 def emulation_factors(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
