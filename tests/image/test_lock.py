@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 
 import pytest
@@ -200,9 +201,35 @@ def test_a_conflict_names_both_requirements_and_who_asks(tmp_path, fixture_repo)
     with pytest.raises(RlboxError) as err:
         resolve.resolve(v)
     line = str(err.value)
-    assert "\n" not in line and "cannot be resolved for linux/" in line
+    assert "\n" not in line and "no idna satisfies both on linux/" in line
     assert "idna==2.10 asked by images/selftest.yaml components.idna" in line
     assert "idna>=3 asked by fixture metadata" in line
+
+
+def test_the_verl_vllm_ascend_transformers_conflict_is_one_line_naming_both_and_the_fields(tmp_path):
+    """verl 0.9.1 (the real PyPI release) takes transformers>=5.5.3,<5.11,!=5.6.0; a vllm-ascend that
+    pins transformers==5.14.1 (a git source here, as in the matrix) cannot stand beside it."""
+    ascend = selftest.FixtureRepo(tmp_path / "vllm-ascend.git", dependencies=("transformers==5.14.1",)).create()
+    tree = tmp_path / "tree"
+    (tree / "images").mkdir(parents=True)
+    for name in ("hardware.yaml", "defaults.yaml"):
+        shutil.copy(REPO / "images" / name, tree / "images")
+    for d in ("templates", "patches"):
+        (tree / d).mkdir()
+    data = selftest.manifest(f"file://{ascend.path}", ascend.commit, [])
+    data["components"] = {"vllm_ascend": {"git": f"file://{ascend.path}", "commit": ascend.commit},
+                          "verl": {"pip": "verl==0.9.1"}}
+    (tree / "images" / "selftest.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    v = matrix.load(tree).variants[0]
+    with pytest.raises(RlboxError) as err:
+        resolve.resolve(v)
+    line = str(err.value)
+    assert "\n" not in line and "Because" not in line, line  # not uv's proof
+    assert line.startswith("images/selftest.yaml: selftest:"), line
+    assert "no transformers satisfies both" in line, line
+    assert "transformers==5.14.1 asked by vllm_ascend metadata" in line, line
+    assert re.search(r"transformers[^ ]*<5\.11[^ ]* asked by verl \(verl==0\.9\.1 asked by images/selftest\.yaml components\.verl\)", line), line
+    assert "change components.verl or components.vllm_ascend in images/selftest.yaml" in line, line
 
 
 # ---------------------------------------------------------------------------------------------

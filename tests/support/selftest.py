@@ -13,6 +13,7 @@ import platform as _platform
 import shutil
 import socket
 import subprocess
+import json
 import textwrap
 import time
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ class FixtureRepo:
 
     path: Path
     commit: str = ""
+    dependencies: tuple[str, ...] = ("idna>=3",)
 
     def create(self) -> "FixtureRepo":
         pkg = self.path / "rlbox_fixture"
@@ -61,11 +63,11 @@ class FixtureRepo:
             [project]
             name = "rlbox-fixture"
             version = "1.0.0"
-            dependencies = ["idna>=3"]
+            dependencies = {deps}
 
             [tool.setuptools]
             packages = ["rlbox_fixture"]
-        """))
+        """).replace("{deps}", json.dumps(list(self.dependencies))))
         (pkg / "__init__.py").write_text(textwrap.dedent("""\
             GREETING = "upstream"
 

@@ -209,15 +209,33 @@ def stub(tmp: Path, g) -> str:
     return f"{g.dist} @ {folder.as_uri()}"
 
 
+# uv's proof speaks of requirements (``numpy<2``, ``verl>=0.9.1``) and of who depends on what
+# (``verl>=0.9.1 depends on numpy>=2.0.0``); these two patterns read them back out of it.
+REQ_TOKEN = r"[A-Za-z0-9][A-Za-z0-9_.\-]*(?:\[[\w,-]+\])?(?:(?:[<>=!~]=?|===)[^\s,]+(?:,(?:[<>=!~]=?)[^\s,]+)*)?"
+REQ_SPEC = r"[A-Za-z0-9][A-Za-z0-9_.\-]*(?:\[[\w,-]+\])?(?:[<>=!~]=?|===)[^\s,]+(?:,(?:[<>=!~]=?)[^\s,]+)*"
+DEPENDS = re.compile(rf"({REQ_TOKEN}) depends? on (one of: {REQ_SPEC}(?: {REQ_SPEC})*|{REQ_TOKEN})")
+
+
 def conflict_line(v: "ResolvedVariant", stderr: str, asked: list[Asked]) -> str:
-    """uv's reason in one line, with who asks for each requirement it names."""
+    """One line: the package no version satisfies, each side with who asks for it (the release field,
+    or the package that brings it and the field that brings that package), and the fields to change.
+    Falls back to uv's reason, with who asks for what it names, where the proof names no two sides."""
     text = " ".join(line.strip(" ╰─▶│") for line in stderr.splitlines() if line.strip())
     text = re.sub(r"\s+", " ", text).replace("error: ", "").strip()
     if re.search(r"(dns error|failed to lookup|connect error|Failed to fetch|tcp connect)", text, re.I):
         return f"{v.ref}: an index could not be reached while resolving: {text[:300]}"
-    reason = re.sub(r"^No solution found when resolving dependencies:\s*", "", text)
+    reason = re.sub(r"^No solution found when resolving dependencies:?\s*(cause:)?\s*", "", text)
     reason = re.sub(r",? we can conclude that your requirements are unsatisfiable\.?", "", reason)
     reason = re.sub(r"we can conclude that all versions of (\S+) depend on [^.]+\.\s*", "", reason)
+    head = f"{v.manifest_rel}: {v.ref}:"
+    sides = conflict_sides(reason, asked, v.manifest_rel)
+    if sides:
+        name, found = sides
+        fields = sorted({f for _, _, f in found})
+        said = [f"{spec} asked by {by}" for spec, by, _ in found]
+        said = f"{said[0]}, but {'; '.join(said[1:])}"
+        return (f"{head} no {name} satisfies both on {v.platform} / Python {v.release.python}: {said}; "
+                f"change {' or '.join(fields)} in {v.manifest_rel} (another pin, or `drop:`/`exclude:` with its why)")
     who = []
     for a in asked:
         if a.spec in reason or _spec_variants(a.spec) & set(re.findall(r"[A-Za-z0-9_.\-\[\]]+[<>=!~]=?[^\s,]+", reason)):
@@ -226,7 +244,41 @@ def conflict_line(v: "ResolvedVariant", stderr: str, asked: list[Asked]) -> str:
     if not who:  # the conflict is between packages' own requirements: name who brings the packages
         who = [f"{a.spec} asked by {a.by}" for a in asked if a.name in names][:4]
     tail = f" ({'; '.join(who)})" if who else ""
-    return f"{v.manifest_rel}: {v.ref}: the Python set cannot be resolved for {v.platform} / Python {v.release.python}: {reason[:500]}{tail}"
+    return f"{head} the Python set cannot be resolved for {v.platform} / Python {v.release.python}: {reason[:500]}{tail}"
+
+
+def release_field(by: str, manifest_rel: str) -> str:
+    """The release field behind an Asked.by: ``images/x.yaml cann.python_packages`` ->
+    ``cann.python_packages``; ``vllm_ascend requirements.txt`` -> ``components.vllm_ascend``."""
+    if by.startswith(manifest_rel + " "):
+        return by[len(manifest_rel) + 1:].split()[0]
+    return f"components.{by.split()[0]}"
+
+
+def conflict_sides(reason: str, asked: list[Asked], manifest_rel: str) -> tuple[str, list[tuple[str, str, str]]] | None:
+    """From uv's proof: the first package with two or more differing specifiers, each as
+    (specifier, who asks, release field). A specifier a package brings (``X depends on Y``) is
+    asked by X's own asker, named with X."""
+    brought: dict[str, list[tuple[str, str]]] = {}
+    for parent, child in DEPENDS.findall(reason):
+        alternatives = child.removeprefix("one of: ").split()  # uv: "depends on one of: a>=1,<2 a>2,<3"
+        brought.setdefault(canonical(Requirement(alternatives[0]).name), []).append((" or ".join(alternatives), parent))
+    order = [canonical(Requirement(t).name) for t in re.findall(REQ_TOKEN, reason) if re.search(r"[<>=!~]", t)]
+    for name in dict.fromkeys(order):
+        found: list[tuple[str, str, str]] = []
+        for a in asked:
+            if a.name == name and Requirement(a.spec).specifier:
+                found.append((a.spec, a.by, release_field(a.by, manifest_rel)))
+        for child, parent in brought.get(name, []):
+            pname = canonical(Requirement(parent).name)
+            for a in asked:
+                if a.name == pname:
+                    found.append((child, f"{Requirement(parent).name} ({a.spec} asked by {a.by})", release_field(a.by, manifest_rel)))
+                    break
+        specs = {spec.split(name, 1)[-1] for spec, _, _ in found}
+        if len(found) >= 2 and len(specs) >= 2:
+            return name, list(dict.fromkeys(found))
+    return None
 
 
 def _spec_variants(spec: str) -> set[str]:
