@@ -1,6 +1,9 @@
-"""verl's own start-up checks, restart resumability and unknown-key precedence, one case per
-rule, against the verl 0.5.0 wheel's config (the release nearest the pinned 796871d; see
-docs/research/verl-startup-and-ray.md for each rule's file:line at both pinned commits)."""
+"""The restated start-up checks of the pinned verl 796871d (what `rlbox validate` applies to the
+verl_pt27_25rc3 images, whose label names that commit), restart resumability and unknown-key
+precedence, one case per rule, composed over the verl 0.5.0 wheel's config tree (the release
+nearest 796871d, standing in for its checkout, which CI cannot fetch; see
+docs/research/verl-startup-and-ray.md for each rule's file:line at both pinned commits). verl
+0.5.0 itself gets no pinned commit's rules: tests/cluster/test_validate_verl_own.py."""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import yaml
 
 import pytest
 
-from rlbox.cluster.preflight import validate
+from dataclasses import replace
+
+from rlbox.cluster.preflight import validate, verl_rules
 
 MAIN_PPO = ["python3", "-m", "verl.trainer.main_ppo"]
 # valid for verl at both commits on 1 x 8 NPUs (the research's BASE)
@@ -20,7 +25,7 @@ A = "actor_rollout_ref.actor."
 
 @pytest.fixture(scope="module")
 def verl050():
-    return validate.from_wheel("0.5.0")
+    return replace(validate.from_wheel("0.5.0"), commit=verl_rules.A, version=None)
 
 
 def check(tree, extra, **kw):

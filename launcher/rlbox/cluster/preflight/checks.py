@@ -49,8 +49,13 @@ def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, r
         if verl_job:
             tree = verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
             if tree is not None:
-                report(validate.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node,
-                                      restarts=plan.max_restarts, mounts=shared_mounts(plan)), tree, warn)
+                notes: list[str] = []
+                found = validate.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node,
+                                       restarts=plan.max_restarts, mounts=shared_mounts(plan), notes=notes,
+                                       own=lambda t, req: validate.own_checks(t, req, nodes[0].client))
+                for line in notes:
+                    echo(line)
+                report(found, tree, warn)
                 echo(f"job overrides valid against {tree.origin}")
         if run_doctor:
             checks, took = doctor_mod.run_checks(plan, nodes, replace)
@@ -97,8 +102,12 @@ def tree_for_validation(*, image: str | None, verl_version: str | None, verl_con
 
 def validate_plan(plan: RunPlan, argv: list[str], tree, warn) -> str:
     """`rlbox validate`: the plan's verl job ``argv`` (``verl_argv``) checked against ``tree``; the summary line."""
-    report(validate.check(tree, argv, len(plan.nodes), plan.npus_per_node, restarts=plan.max_restarts,
-                          mounts=shared_mounts(plan)), tree, warn)
+    notes: list[str] = []
+    found = validate.check(tree, argv, len(plan.nodes), plan.npus_per_node, restarts=plan.max_restarts,
+                           mounts=shared_mounts(plan), notes=notes)
+    for line in notes:
+        warn(line)
+    report(found, tree, warn)
     return (f"valid: {argv[2] if len(argv) > 2 else ''} with {len(validate.hydra_overrides(argv))} overrides "
             f"for {len(plan.nodes)} x {plan.npus_per_node} NPUs against {tree.origin}")
 
@@ -107,6 +116,10 @@ def validate_rayjob(plan, tree, warn) -> str:
     """A KubeRay run's verl job checked as `rlbox run --hosts` checks it, before the manifest is
     written or applied: the pods' shape, restarts, and the profile's writable volumes as mounts."""
     argv = list(plan.job.argv) if plan.job else []
-    report(validate.check(tree, argv, plan.nodes, plan.npus_per_node, restarts=plan.max_restarts,
-                          mounts=plan.shared_mounts), tree, warn)
+    notes: list[str] = []
+    found = validate.check(tree, argv, plan.nodes, plan.npus_per_node, restarts=plan.max_restarts,
+                           mounts=plan.shared_mounts, notes=notes)
+    for line in notes:
+        warn(line)
+    report(found, tree, warn)
     return f"job overrides valid against {tree.origin}"

@@ -2,9 +2,13 @@
 
 The config is composed with hydra-core's compose API over the config tree of **the verl that
 will run**: extracted once from the image (cached by image id), or taken from a verl wheel of a
-given version (PyPI, cached), or from a folder (a verl source checkout). verl itself is never
-imported (it would pull torch). Problems come back as one line each, naming the key(s) and the
-rule; a typo'd key gets the nearest real key.
+given version (PyPI, cached), or from a folder (a verl source checkout). Problems come back as one
+line each, naming the key(s) and the rule; a typo'd key gets the nearest real key.
+
+verl's start-up checks are that verl's own: at the two pinned commits rlbox's restatement
+(``verl_rules``, proven identical to verl's own results by the table in tests/fixtures/verl_rules);
+for any other verl, verl's own code run where that verl is (``verl_own``: the image, or an
+environment made from the wheel). A source folder gets neither, and validation says so.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlbox.cluster.preflight import verl_rules
+from rlbox.cluster.preflight import verl_own, verl_rules
 from rlbox.cluster.preflight.verl_rules import Problem
 from rlbox.core.errors import RlboxError, nearest
 
@@ -37,6 +41,8 @@ class VerlTree:
     root: Path
     origin: str
     commit: str | None = None  # the verl commit, when known (an rlbox image's label, the release's pin)
+    version: str | None = None  # a PyPI release (--verl-version): its own checks run in an environment made from it
+    image: str | None = None  # the image the tree came from: its own checks run there
 
     @property
     def trainer_config(self) -> Path:
@@ -58,7 +64,7 @@ def from_wheel(version: str) -> VerlTree:
     """verl's trainer config from its PyPI wheel (recipes are not in the wheel)."""
     dest = CACHE / "verl" / f"wheel-{version}"
     if (dest / "verl" / "trainer" / "config").is_dir():
-        return VerlTree(dest, f"verl {version} wheel")
+        return VerlTree(dest, f"verl {version} wheel", version=version)
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp,
                                f"verl=={version}"], capture_output=True, text=True)
@@ -77,7 +83,7 @@ def from_wheel(version: str) -> VerlTree:
             raise RlboxError(f"--verl-version {version}: that wheel has no verl/trainer/config")
         shutil.rmtree(dest, ignore_errors=True)
         partial.rename(dest)
-    return VerlTree(dest, f"verl {version} wheel")
+    return VerlTree(dest, f"verl {version} wheel", version=version)
 
 
 _FIND_VERL = ("import importlib.util as u, os; s = u.find_spec('verl'); "
@@ -93,10 +99,10 @@ def from_image(client, image: str) -> VerlTree:
     except ImageNotFound:
         raise RlboxError(f"image {image} is not on this engine; pull it first or pass --verl-version") from None
     dest = CACHE / "verl" / f"image-{img.id.split(':')[-1][:16]}"
-    pin = (getattr(img, "labels", None) or {}).get("io.rlbox.component.verl", "")  # git+URL@COMMIT on rlbox's images
-    commit = pin.rpartition("@")[2] or None
+    pin = (getattr(img, "labels", None) or {}).get("io.rlbox.component.verl", "")  # git+URL@COMMIT or verl==X
+    commit = pin.rpartition("@")[2] if pin.startswith("git+") and "@" in pin else None
     if (dest / "verl" / "trainer" / "config").is_dir():
-        return VerlTree(dest, f"verl in {image}", commit)
+        return VerlTree(dest, f"verl in {image}", commit, image=image)
     try:  # through the image's own entrypoint: it activates the environment python3 lives in
         out = client.containers.run(image, ["python3", "-c", _FIND_VERL], remove=True, network_mode="none")
     except ContainerError as err:
@@ -125,7 +131,7 @@ def from_image(client, image: str) -> VerlTree:
         raise RlboxError(f"image {image}: verl at {root} has no trainer/config")
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
-    return VerlTree(dest, f"verl in {image}", commit)
+    return VerlTree(dest, f"verl in {image}", commit, image=image)
 
 
 def _extract(tar: tarfile.TarFile, target: Path) -> None:
@@ -276,10 +282,12 @@ def _type_problem(key: str, default, value) -> str | None:
 
 
 def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int | None = None, *,
-          restarts: int = 0, mounts: tuple[tuple[str, bool], ...] = ()) -> list[Problem]:
+          restarts: int = 0, mounts: tuple[tuple[str, bool], ...] = (), notes: list[str] | None = None,
+          own=None) -> list[Problem]:
     """Every problem with this job's overrides, as one-line Problems (empty: valid). With
     ``restarts``, also that a restart can resume; ``mounts``: (target, same source on every node)
-    of each writable mount every node has."""
+    of each writable mount every node has. ``notes`` gets which of verl's start-up checks ran and
+    which could not; ``own(tree, request)`` runs verl's own (default: ``own_checks``)."""
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -296,7 +304,9 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
     except (HydraException, OmegaConfBaseException) as err:
         return [Problem(("config groups",), " ".join(str(err).split())[:300])]
     known = all_keys(base)
-    dapo = entry.module.startswith("recipe.dapo")
+    # filter_groups belongs to the DAPO entrypoint where the entry's own config has no such key
+    # (796871d, 65eb019); a verl whose trainer config has it (0.9) takes it in main_ppo too
+    foreign_filter = not entry.module.startswith("recipe.dapo") and "algorithm.filter_groups" not in known
     good = []
     for text, ov in zip(overrides, parsed):
         key = ov.key_or_group
@@ -312,7 +322,7 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
             problems.append(Problem((key,), f"unknown field: verl builds {parent} into {known[parent + '._target_']}, "
                                             f"which rejects it at start-up{_suggest(key, known)}"))
             continue
-        if "filter_groups" in key and not dapo:
+        if "filter_groups" in key and foreign_filter:
             problems.append(Problem((key,), f"filter_groups is a DAPO setting: it needs the DAPO entrypoint "
                                            f"(python3 -m recipe.dapo.main_dapo), not {entry.module}"))
             continue
@@ -339,10 +349,32 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
         except OmegaConfBaseException:
             return None
 
-    problems += _cluster_rules(get, dapo, nodes, npus)
-    problems += verl_rules.check(get, verl_rules.pinned(tree.commit, known), entry.module)
+    problems += _cluster_rules(get, foreign_filter, nodes, npus)
+    said = [] if notes is None else notes
+    full = verl_rules.pinned(tree.commit)
+    if full:
+        problems += verl_rules.check(get, full, entry.module)
+        said.append(f"verl {full[:7]}'s start-up checks: rlbox's restatement, held identical to verl's own results "
+                    "at that commit (tests/fixtures/verl_rules)")
+    elif tree.version or tree.image:
+        verdict = (own or own_checks)(tree, verl_own.request(entry, good, nodes, npus, tree.root))
+        problems += verl_own.problems(verdict)
+        said += verl_own.notes(verdict)
+    else:
+        said.append(f"verl's start-up checks did not run: {tree.origin} is a source folder with no environment to "
+                    "run them in (validate with --image or --verl-version for them)")
     problems += restart_rules(get, restarts, mounts)
     return problems
+
+
+def own_checks(tree: VerlTree, req: dict, client=None) -> "verl_own.Verdict":
+    """verl's own start-up checks where that verl is: the image (on ``client``'s engine, default the
+    local one), or the environment of its wheel."""
+    if tree.image:
+        from rlbox.core import engine
+
+        return verl_own.run_in_image(client or engine.local_client(), tree.image, req)
+    return verl_own.run_in_env(verl_own.env_python(tree.version, echo=lambda line: print(f"rlbox: {line}", file=sys.stderr)), req)
 
 
 def restart_rules(get, restarts: int, mounts: tuple[tuple[str, bool], ...]) -> list[Problem]:
@@ -372,7 +404,7 @@ def restart_rules(get, restarts: int, mounts: tuple[tuple[str, bool], ...]) -> l
     return out
 
 
-def _cluster_rules(get, dapo: bool, nodes: int | None, npus: int | None) -> list[Problem]:
+def _cluster_rules(get, foreign_filter: bool, nodes: int | None, npus: int | None) -> list[Problem]:
     out = []
     nnodes, per_node = get("trainer.nnodes"), get("trainer.n_gpus_per_node")
     if nodes is not None and npus is not None and isinstance(nnodes, int) and isinstance(per_node, int):
@@ -402,6 +434,6 @@ def _cluster_rules(get, dapo: bool, nodes: int | None, npus: int | None) -> list
             out.append(Problem(("actor_rollout_ref.actor.ppo_max_token_len_per_gpu",),
                                f"{cap} cannot hold one sequence: (max_prompt_length {prompt} + max_response_length "
                                f"{response}) / ulysses sp {sp_} = {(prompt + response) // sp_}"))
-    if not dapo and get("algorithm.filter_groups") is not None:
+    if foreign_filter and get("algorithm.filter_groups") is not None:
         out.append(Problem(("algorithm.filter_groups",), "filter_groups needs the DAPO entrypoint"))
     return out

@@ -41,14 +41,14 @@ class Problem:
         return f"{', '.join(self.keys)}: {self.message}"
 
 
-def pinned(commit: str | None, keys) -> str:
-    """The pinned commit whose rules apply: ``commit`` when it is one (a prefix will do), else
-    the one whose config the tree has (65eb019 moved ``ray_init`` under ``ray_kwargs`` and added
-    ``optim.lr_scheduler_type``; 796871d's config has neither)."""
+def pinned(commit: str | None) -> str | None:
+    """The pinned commit whose restated rules apply: ``commit`` when it is one of them (a prefix of
+    at least 7 hex digits will do), else None. Another verl never gets these rules: its own code
+    checks it (``verl_own``), or validation says that its start-up checks did not run."""
     for full in RELEASES:
         if commit and len(commit) >= 7 and full.startswith(commit.lower()):
             return full
-    return B if "ray_kwargs" in keys or ACT + "optim.lr_scheduler_type" in keys else A
+    return None
 
 
 class Rules:

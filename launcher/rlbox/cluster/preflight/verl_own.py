@@ -1,0 +1,178 @@
+"""verl's own start-up checks, run by that verl's own code, for a verl rlbox has no proven rules for.
+
+``scripts/verl_checks.py`` runs in a Python that has the verl that will run: inside the image
+(``--image``), or in an environment rlbox makes once per verl release from its PyPI wheel and keeps
+under the cache (``--verl-version``). It composes the job's config there, with the cluster size
+given, calls what the job's entrypoint calls before its workers start (verl's ``validate_config``,
+which builds verl's config dataclasses and runs their checks), and prints a JSON verdict: what ran,
+what could not, and verl's own rejection with the file:line it came from. Reading that verdict
+(``Verdict.parse``) and turning it into problems and notes is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlbox.cluster.preflight.verl_rules import Problem
+from rlbox.core.errors import RlboxError
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "verl_checks.py"
+VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,40}$")
+TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What verl's own checks said (the script's JSON line, typed at this boundary)."""
+
+    verl: str
+    ran: tuple[str, ...]
+    could_not: tuple[str, ...]
+    rejected: str | None
+    where: str | None
+
+    @classmethod
+    def parse(cls, text: str, origin: str) -> "Verdict":
+        return cls.parse_all(text, origin, 1)[0]
+
+    @classmethod
+    def parse_all(cls, text: str, origin: str, count: int) -> list["Verdict"]:
+        """The last ``count`` JSON lines of the script's output, one verdict each."""
+        lines = [ln for ln in text.strip().splitlines() if ln.startswith("{")][-count:]
+        if len(lines) != count:
+            raise RlboxError(f"verl's own checks in {origin} printed {len(lines)} verdict(s) for {count} request(s): "
+                             f"{' '.join(text.split())[-200:]!r}")
+        return [cls.one(line, origin) for line in lines]
+
+    @classmethod
+    def one(cls, line: str, origin: str) -> "Verdict":
+        try:
+            data = json.loads(line)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise RlboxError(f"verl's own checks in {origin} printed no verdict: {' '.join(line.split())[-200:]!r}")
+
+        def text_of(key: str) -> str | None:
+            value = data.get(key)
+            return " ".join(value.split())[:600] if isinstance(value, str) else None
+
+        def texts(key: str) -> tuple[str, ...]:
+            value = data.get(key)
+            return tuple(" ".join(v.split())[:300] for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+        return cls(text_of("verl") or "unknown", texts("ran"), texts("could_not"), text_of("rejected"), text_of("where"))
+
+
+def request(entry, overrides: list[str], nodes: int | None, npus: int | None, root: Path) -> dict:
+    """The script's request; config folders relative to the folder holding ``verl/`` (``root``), so
+    that the same request composes inside an image, whose verl lives elsewhere."""
+    def rel(p: Path) -> str:
+        return str(Path(p).resolve().relative_to(root.resolve()))
+
+    return {"config_rel": rel(entry.config_dir), "search_rel": [rel(p) for p in entry.search],
+            "config_name": entry.config_name, "overrides": list(overrides), "nodes": nodes, "npus": npus,
+            "module": entry.module}
+
+
+def problems(v: Verdict) -> list[Problem]:
+    """verl's rejection, in verl's words, naming the verl that made it."""
+    if not v.rejected:
+        return []
+    at = f" ({v.where})" if v.where else ""
+    return [Problem(("verl",), f"verl {v.verl} rejects this at start-up{at}: {v.rejected}")]
+
+
+def notes(v: Verdict) -> list[str]:
+    out = [f"verl {v.verl}'s own checks ran: {'; '.join(v.ran)}"] if v.ran else []
+    out += [f"not checked by verl {v.verl}'s own code: {c}" for c in v.could_not]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the script runs.
+
+def cache_root() -> Path:
+    return Path(os.environ.get("RLBOX_CACHE", Path.home() / ".cache" / "rlbox"))
+
+
+def torch_pin() -> tuple[list[str], list[str]]:
+    """A CPU torch wheel in pip's find-links folders (PIP_FIND_LINKS), pinned so that the environment
+    does not pull a multi-GB CUDA torch: (requirements, uv options); none found: the index's torch."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    for folder in os.environ.get("PIP_FIND_LINKS", "").split():
+        for wheel in sorted(Path(folder).glob(f"torch-*+cpu-{tag}-{tag}-*.whl")) if Path(folder).is_dir() else []:
+            version = wheel.name.split("-")[1].split("+")[0]
+            return [f"torch=={version}"], ["--find-links", folder]
+    return [], []
+
+
+def env_python(version: str, echo=None) -> Path:
+    """The Python of rlbox's cached environment for verl ``version`` (made once with uv from the
+    PyPI wheel and what it requires; a CPU torch where pip's find-links hold one)."""
+    if not VERSION.fullmatch(version):
+        raise RlboxError(f"--verl-version {version!r} is not a version (e.g. 0.9.1)")
+    from rlbox.image.pylock import uv_bin
+
+    dest = cache_root() / "verl-env" / version
+    python = dest / "bin" / "python"
+    if (dest / ".complete").is_file() and python.exists():
+        return python
+    if echo:
+        echo(f"making the environment of verl {version} for its own checks (once; {dest})")
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    reqs, opts = torch_pin()
+    uv = uv_bin()
+    for argv in ([uv, "venv", "--quiet", "--python", sys.executable, str(partial)],
+                 [uv, "pip", "install", "--quiet", "--python", str(partial / "bin" / "python"), *opts,
+                  f"verl=={version}", *reqs]):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0:
+            shutil.rmtree(partial, ignore_errors=True)
+            last = " ".join((proc.stderr.strip().splitlines() or ["failed"])[-1].split())[:240]
+            raise RlboxError(f"cannot make the environment of verl {version} for its own checks: {last}")
+    (partial / ".complete").write_text(f"verl=={version} {' '.join(reqs)}\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    partial.rename(dest)
+    return dest / "bin" / "python"
+
+
+def run_in_env(python: Path, req: dict) -> Verdict:
+    return run_many_in_env(python, [req])[0]
+
+
+def run_many_in_env(python: Path, reqs: list[dict]) -> list[Verdict]:
+    """Several requests in one process (verl imported once): what a table of cases needs."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # warm runs reuse bytecode
+    env.update(TORCH_DEVICE_BACKEND_AUTOLOAD="0", RAY_USAGE_STATS_ENABLED="0")
+    with tempfile.TemporaryDirectory() as cwd:  # nothing of the caller's folder shadows verl's imports
+        proc = subprocess.run([str(python), str(SCRIPT), json.dumps(reqs)], capture_output=True, text=True,
+                              cwd=cwd, env=env, timeout=TIMEOUT)
+    if proc.returncode != 0:
+        raise RlboxError(f"verl's own checks failed to run in {python.parent.parent}: "
+                         f"{' '.join((proc.stderr.strip().splitlines() or ['no output'])[-1].split())[:240]}")
+    return Verdict.parse_all(proc.stdout, str(python.parent.parent), len(reqs))
+
+
+def run_in_image(client, image: str, req: dict) -> Verdict:
+    """The script in a throw-away container of ``image`` (no network), through its own entrypoint."""
+    from docker.errors import APIError, ContainerError
+
+    try:
+        out = client.containers.run(image, ["python3", "-c", SCRIPT.read_text(encoding="utf-8"), json.dumps(req)],
+                                    remove=True, network_mode="none",
+                                    environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "RAY_USAGE_STATS_ENABLED": "0"})
+    except ContainerError as err:
+        raise RlboxError(f"verl's own checks failed to run in {image}: {' '.join(str(err).split())[-240:]}") from None
+    except APIError as err:
+        raise RlboxError(f"verl's own checks could not start in {image}: {err.explanation or err}") from None
+    return Verdict.parse(out.decode(errors="replace"), image)

@@ -1,0 +1,92 @@
+"""verl's own start-up checks for a verl without restated rules (verl 0.9.1 from PyPI): run by that
+verl's own code in the environment rlbox makes from its wheel, compared with the table recorded by
+tools/verl-own-table.py (tests/fixtures/verl_rules/own-0.9.1.yaml). Nothing of a pinned commit's
+rules reaches it: a row 65eb019 rejects and 0.9.1 accepts stays clean.
+
+The environment is made once (uv, PyPI; a CPU torch where pip's find-links hold one) and cached
+under RLBOX_CACHE; the table runs in one process (verl imported once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlbox.cluster.preflight import validate, verl_own, verl_rules
+from rlbox.core.errors import RlboxError
+
+HERE = Path(__file__).resolve().parents[1] / "fixtures" / "verl_rules"
+RECORDED = yaml.safe_load((HERE / "own-0.9.1.yaml").read_text())
+ROWS = {r["rule"]: r for r in yaml.safe_load((HERE / "cases.yaml").read_text())}
+BASE = yaml.safe_load((HERE / "base.yaml").read_text())
+# the rows 0.9.1 rejects in its own words, and rows 65eb019's checks reject that 0.9.1 accepts
+CHOSEN = ["A3", "A8", "A9", "A11", "A14 none", "A22", "B1", "A1", "A24", "W1", "W5"]
+
+
+# -- pure: the verdict is input, typed at its boundary --------------------------------------
+
+def test_a_verdict_is_read_as_data_and_refused_when_it_is_not_one():
+    v = verl_own.Verdict.parse('noise\n{"verl": "0.9.1", "ran": ["x", 3], "could_not": "no", '
+                               '"rejected": "ValueError: a\\nb", "where": "verl/x.py:1"}\n', "here")
+    assert v == verl_own.Verdict("0.9.1", ("x",), (), "ValueError: a b", "verl/x.py:1")
+    for bad in ("", "{not json", "[1, 2]"):
+        with pytest.raises(RlboxError, match="printed"):
+            verl_own.Verdict.parse(bad, "here")
+    with pytest.raises(RlboxError, match="1 verdict"):
+        verl_own.Verdict.parse_all('{"verl": "1"}', "here", 2)
+
+
+def test_a_rejection_names_the_verl_that_made_it_and_notes_say_what_ran():
+    v = verl_own.Verdict("0.9.1", ("validate_config",), ("worker-side checks",), "AssertionError: no", "verl/utils/config.py:124")
+    (p,) = verl_own.problems(v)
+    assert str(p) == "verl: verl 0.9.1 rejects this at start-up (verl/utils/config.py:124): AssertionError: no"
+    assert verl_own.notes(v) == ["verl 0.9.1's own checks ran: validate_config",
+                                 "not checked by verl 0.9.1's own code: worker-side checks"]
+    assert verl_own.problems(verl_own.Verdict("0.9.1", (), (), None, None)) == []
+
+
+def test_a_version_that_is_not_one_is_refused_before_anything_is_made():
+    with pytest.raises(RlboxError, match="is not a version"):
+        verl_own.env_python("0.9.1; rm -rf /")
+
+
+# -- verl 0.9.1's own code ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def verl091():
+    tree = validate.from_wheel("0.9.1")
+    return tree, verl_own.env_python("0.9.1")
+
+
+def test_verl_091_own_checks_give_the_recorded_table(verl091):
+    tree, python = verl091
+    entry = validate.entry_for(tree, ["python3", "-m", "verl.trainer.main_ppo"])
+    reqs = [verl_own.request(entry, BASE + ROWS[rule][side], 1, 8, tree.root)
+            for rule in CHOSEN for side in ("violating", "passing")]
+    found = verl_own.run_many_in_env(python, reqs)
+    assert {v.verl for v in found} == {"0.9.1"}
+    for i, rule in enumerate(CHOSEN):
+        for j, side in enumerate(("violating", "passing")):
+            v = found[2 * i + j]
+            got = f"({v.where}) {v.rejected}" if v.rejected else None
+            assert got == RECORDED[rule][side], (rule, side)
+            assert v.ran and v.ran[0].startswith("verl.utils.config.validate_config, as verl.trainer.main_ppo calls it")
+
+
+def test_validate_against_091_reports_only_what_091_rejects(verl091):
+    tree, _ = verl091
+    assert tree.version == "0.9.1" and verl_rules.pinned(tree.commit) is None
+    argv = ["python3", "-m", "verl.trainer.main_ppo", *BASE]
+    notes: list[str] = []
+    bad = [str(p) for p in validate.check(tree, argv + ROWS["A3"]["violating"], 1, 8, notes=notes)]
+    assert [p for p in bad if "rejects this at start-up" in p] == [
+        "verl: verl 0.9.1 rejects this at start-up (verl/utils/config.py:124): AssertionError: real_train_batch_size (15) "
+        "must be divisible by minimal possible batch size (8)"], bad
+    assert any(n.startswith("verl 0.9.1's own checks ran: verl.utils.config.validate_config") for n in notes), notes
+    # W1: both pinned commits reject it at start-up (their FSDP workers normalise ppo_mini_batch_size to 0);
+    # verl 0.9.1's validate_config does not (its workers are among what its notes say was not checked)
+    assert RECORDED["W1"]["violating"] is None
+    clean = [str(p) for p in validate.check(tree, argv + ROWS["W1"]["violating"], 1, 8)]
+    assert not [p for p in clean if "rejects this at start-up" in p], clean
+    assert not any("65eb019" in p or "796871d" in p for p in bad + clean)
