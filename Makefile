@@ -11,7 +11,7 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick docs rehearsal rehearsal-sim sim-image cpu-image rehearse-image rehearse-run arm64-emulation
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick docs rehearsal rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run arm64-emulation
 
 # `make help` lists every target, one a line (tests/test_make.py holds it to the rules below).
 help:
@@ -30,6 +30,7 @@ help:
 	@echo "make image-ax           build $(FLAGSHIP):ax-x86 (BUILD_FLAGS=...)"
 	@echo "make sim-image          the local Debian base + the simulation image rlbox_sim (make rehearsal uses it)"
 	@echo "make cpu-image          the CPU training image: verl_cpu:amd64 + the verl-cpu-shims stand-in (docs/cpu-training.md)"
+	@echo "make cpu-image-09       the same for verl 0.9.1: verl_cpu_09:amd64 + verl-cpu-shims (stand-in rollout hf-standin)"
 	@echo "make rehearse-image REF=RELEASE:VARIANT [MIRRORS=DIR]   real-content build on a CANN stand-in base + checks"
 	@echo "make rehearse-run       the CPU training job (grpo-tiny-cpu: node kill, resume, metrics, merge) on the rehearsal of $(FLAGSHIP):ax-x86 + the verl-cpu-shims stand-in; build/rehearse-run/REPORT.md"
 	@echo "make arm64-emulation    let this x86 machine build linux/arm64 (binfmt_misc, qemu-user-static, F flag); rehearse-image runs it for arm64"
@@ -52,6 +53,12 @@ cpu-image: setup
 	bash tools/make-base-image.sh
 	$(VENV) "$(CURDIR)/.venv/bin/python" tools/torch-cpu-index.py 23461 -- "$(CURDIR)/.venv/bin/python" -m rlbox.cli \
 		build verl_cpu:amd64 --standin verl-cpu-shims --network host $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+# The same for verl 0.9.1 (images/verl_cpu_09.yaml; docs/cpu-training.md "verl 0.9.1").
+cpu-image-09: setup
+	bash tools/make-base-image.sh
+	$(VENV) "$(CURDIR)/.venv/bin/python" tools/torch-cpu-index.py 23461 -- "$(CURDIR)/.venv/bin/python" -m rlbox.cli \
+		build verl_cpu_09:amd64 --standin verl-cpu-shims --network host $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
 # linux/arm64 builds on an x86_64 machine run under QEMU: binfmt_misc mounted, qemu-user-static and
 # binfmt-support installed, qemu-aarch64 registered with the F flag (BuildKit needs it). Idempotent; one

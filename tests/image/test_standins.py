@@ -16,7 +16,8 @@ def test_the_cpu_shims_stand_in_is_a_labelled_layer_under_its_own_tag(m):
     assert p.tag == "localhost/rlbox/verl-cpu:amd64-verl-cpu-shims" != p.base
     lines = p.dockerfile.splitlines()
     assert "FROM localhost/rlbox/verl-cpu:amd64" in lines
-    assert "COPY rlbox-verl-cpu-shims.pth rlbox_verl_cpu_shims.py /opt/rlbox/venv/lib/python3.11/site-packages/" in lines
+    assert "COPY rlbox-verl-cpu-shims.pth rlbox_verl_cpu_shims.py rlbox_verl_hf_server.py " \
+        "/opt/rlbox/venv/lib/python3.11/site-packages/" in lines
     assert 'io.rlbox.standin="verl-cpu-shims"' in p.dockerfile and 'io.rlbox.standin.verl="0.5.0"' in p.dockerfile
     assert p.summary.startswith("verl CPU shims for verl 0.5.0 (nccl-backend-gloo, ")
     assert p.command()[:2] == ["docker", "build"]
@@ -36,6 +37,8 @@ def test_the_cpu_shims_stand_in_is_a_labelled_layer_under_its_own_tag(m):
     ("verl_pt27_25rc3:a3-arm", "796871d",
      "nccl-backend-gloo,process-group-gloo,torch-cpu-memory,cpu-offload-unpinned,hf-rollout-n1,gloo-avg,fsdp2-shard",
      " TORCH_DEVICE_BACKEND_AUTOLOAD=0 RLBOX_HIDE_TORCH_NPU=1"),
+    # release verl_cpu_09: verl 0.9.1 from PyPI; its own platform registry and a labelled stand-in rollout
+    ("verl_cpu_09:amd64", "0.9.1", "process-group-gloo,cpu-offload-unpinned,cpu-platform,hf-standin-rollout", ""),
 ])
 def test_the_shims_are_the_ones_written_for_the_images_verl(m, ref, verl, shims, env):
     v = m.get(ref)
@@ -49,17 +52,18 @@ def test_the_shims_are_the_ones_written_for_the_images_verl(m, ref, verl, shims,
 
 def test_every_shim_names_its_lines_in_each_verl_it_is_written_for():
     s = standins.get("verl-cpu-shims")
-    assert s.verls == ("0.5.0", "796871d")
+    assert s.verls == ("0.5.0", "796871d", "0.9.1")
     for shim in s.shims:
         assert shim.where and all(".py:" in where for where in shim.where.values()), shim
     assert [x.name for x in standins.shims_for(s, "796871d") if "0.5.0" not in x.where] == ["gloo-avg", "fsdp2-shard"]
+    assert [x.name for x in s.shims if list(x.where) == ["0.9.1"]] == ["cpu-platform", "hf-standin-rollout"]
 
 
 def test_a_stand_in_refuses_a_verl_it_is_not_written_for_and_unknown_names(m):
     # verl@65eb019 (verl_pt27_cann82rc1) dropped the hf rollout: no shims were written for it
-    with pytest.raises(RlboxError, match=r"written for verl 0.5.0, 796871d, not verl 65eb019"):
+    with pytest.raises(RlboxError, match=r"written for verl 0.5.0, 796871d, 0.9.1, not verl 65eb019"):
         standins.plan(m.get("verl_pt27_cann82rc1:ax-x86"), "verl-cpu-shims", "x:y")
-    with pytest.raises(RlboxError, match=r"written for verl 0.5.0, 796871d, not verl \(none\)"):
+    with pytest.raises(RlboxError, match=r"written for verl 0.5.0, 796871d, 0.9.1, not verl \(none\)"):
         standins.plan(m.get("rlbox_sim:amd64"), "verl-cpu-shims", "x:y")
     with pytest.raises(RlboxError, match="no stand-in named 'cann' \\(known: verl-cpu-shims\\)"):
         standins.get("cann")
@@ -80,7 +84,7 @@ def test_every_shim_names_the_upstream_line_it_works_around():
     (s,) = standins.STANDINS.values()
     source = (standins.ROOT / s.name / "rlbox_verl_cpu_shims.py").read_text()
     shims = [block for block in source.split("\ndef shim_")[1:]]
-    assert len(shims) == len(s.shims) == 7
+    assert len(shims) == len(s.shims) == 9
     for block in shims:
         assert ".py:" in block.split("\n\n")[0], block[:200]
     for shim in s.shims:  # every shim rlbox plans is one the module knows by that name

@@ -55,12 +55,14 @@ class Standin:
 
 
 # verl-cpu-shims, per verl: 0.5.0 is release verl_cpu's (PyPI); 796871d the flagship verl_pt27_25rc3's
-# pin (FIELD-NOTES "verl trains on CPU" lists the blockers at both pinned commits).
+# pin (FIELD-NOTES "verl trains on CPU" lists the blockers at both pinned commits); 0.9.1 release
+# verl_cpu_09's (PyPI; docs/cpu-training.md "verl 0.9.1").
 VERL_CPU_SHIMS = (
     Shim("nccl-backend-gloo", "get_nccl_backend() raises on a machine with neither CUDA nor NPU: gloo",
          {"0.5.0": "utils/device.py:76-86", "796871d": "utils/device.py:76-86"}),
     Shim("process-group-gloo", "init_process_group(backend='cpu:gloo,cpu:gloo'): torch rejects the duplicate device; plain gloo",
-         {"0.5.0": "workers/fsdp_workers.py:121,927,1315", "796871d": "workers/fsdp_workers.py:125-126,938-939,1335-1336"}),
+         {"0.5.0": "workers/fsdp_workers.py:121,927,1315", "796871d": "workers/fsdp_workers.py:125-126,938-939,1335-1336",
+          "0.9.1": "utils/distributed.py:63-64,89-93"}),
     Shim("torch-cpu-memory", "torch.cpu has no empty_cache, max_memory_*, memory_*, mem_get_info, get_device_name: "
          "no-ops reporting 0 bytes, the host's memory, 'CPU'",
          {"0.5.0": "workers/fsdp_workers.py:695-696,755, rollout/hf_rollout.py:172, utils/profiler/performance.py:33-38, "
@@ -68,7 +70,8 @@ VERL_CPU_SHIMS = (
           "796871d": "workers/fsdp_workers.py:704-705,764, rollout/hf_rollout.py:172, utils/memory_utils.py:45, "
                      "utils/profiler/performance.py:49-54, utils/flops_counter.py:67"}),
     Shim("cpu-offload-unpinned", "CPUOffloadPolicy(pin_memory=True) needs an accelerator (the ref model's offload): unpinned",
-         {"0.5.0": "workers/fsdp_workers.py:394,1122,1411", "796871d": "workers/fsdp_workers.py:395,399,1134,1432"}),
+         {"0.5.0": "workers/fsdp_workers.py:394,1122,1411", "796871d": "workers/fsdp_workers.py:395,399,1134,1432",
+          "0.9.1": "workers/engine/fsdp/transformer_impl.py:43,462"}),
     Shim("hf-rollout-n1", "the HF rollout generates rollout.n sequences per row of a batch the trainer already repeated "
          "rollout.n times (n*n rows): it sees n=1",
          {"0.5.0": "workers/rollout/hf_rollout.py:88,140-143 vs trainer/ppo/ray_trainer.py:1163",
@@ -79,6 +82,15 @@ VERL_CPU_SHIMS = (
     Shim("fsdp2-shard", "compute_ref_log_prob calls .shard() on an FSDP2 module on > 1 rank; FSDPModule's method is "
          "reshard(): shard() is given as reshard()",
          {"796871d": "workers/fsdp_workers.py:846"}),
+    Shim("cpu-platform", "verl asks one platform object for every device fact and has none for a CPU (falls back to "
+         "'nvidia': Ray GPUs, torch.cuda): a platform 'rlbox-cpu' in verl's own PlatformRegistry (device cpu, gloo, "
+         "torch.cpu with memory/RNG calls, Ray's NPU resource), selected by VERL_PLATFORM; VERL_ENGINE_DEVICE=npu picks "
+         "the FSDP engine (registered for cuda and npu)",
+         {"0.9.1": "plugin/platform/platform_manager.py:92-116, workers/engine/base.py:403-408, utils/fsdp_utils.py:507"}),
+    Shim("hf-standin-rollout", "only async server rollouts are registered (vllm, sglang, trtllm) and none has a CPU "
+         "build for this verl: a LABELLED stand-in rollout 'hf-standin' (HF generate behind the RolloutReplica / "
+         "server / BaseRollout interface; rlbox_verl_hf_server.py), NOT vLLM",
+         {"0.9.1": "workers/rollout/base.py:89-93, workers/rollout/replica.py:399-401, workers/engine_workers.py:667"}),
 )
 
 STANDINS = {

@@ -1,5 +1,6 @@
-"""rlbox stand-in "verl-cpu-shims": lets stock verl (0.5.0 from PyPI, or the flagship's pin 796871d)
-train on CPU. NOT part of any release.
+"""rlbox stand-in "verl-cpu-shims": lets stock verl (0.5.0 from PyPI, the flagship's pin 796871d, or 0.9.1
+from PyPI) train on CPU. NOT part of any release. For verl 0.9.1 it also brings a labelled stand-in
+rollout, `hf-standin` (rlbox_verl_hf_server.py: HF generate behind verl's async server interface; NOT vLLM).
 
 Loaded by rlbox-verl-cpu-shims.pth in every Python process of the image (the Ray workers too: verl's
 own `external_lib` hook runs after `Worker.__init__`, too late). Nothing is imported here: each shim
@@ -22,6 +23,15 @@ APPLIED = []  # names of the shims applied in this process (for tests and the lo
 def _cpu_only():
     import torch
     return not torch.cuda.is_available()
+
+
+def _verl_version():
+    # the shims written for one verl only (0.9.1) check it by name: its installed distribution's version
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("verl")
+    except PackageNotFoundError:
+        return None
 
 
 def shim_device(mod):
@@ -138,6 +148,126 @@ def shim_fsdp2_shard(mod):
     APPLIED.append("FSDPModule.shard=reshard")
 
 
+def shim_cpu_platform(mod):
+    # verl 0.9.1 asks one platform object for every device fact (verl/plugin/platform/platform_manager.py:
+    # PlatformRegistry, get_platform; VERL_PLATFORM selects one by name, :92-96), and has none for a CPU: it
+    # falls back to "nvidia" (:112-116), asks Ray for GPUs and fails on torch.cuda. verl's own extension point
+    # takes a platform "rlbox-cpu": device "cpu", gloo, torch.cpu with the calls it lacks (memory, RNG state:
+    # utils/checkpoint/checkpoint_manager.py:208), and Ray's "NPU" resource, as in production (Ray is started
+    # with --resources '{"NPU": K}'). Selected with VERL_PLATFORM=rlbox-cpu unless VERL_PLATFORM is set.
+    if not _cpu_only() or _verl_version() != "0.9.1":
+        return
+    import contextlib
+    import types
+
+    import torch
+    from verl.plugin.platform.platform_base import PlatformBase
+
+    cpu = types.ModuleType("rlbox_torch_cpu")
+    cpu.__getattr__ = lambda name: getattr(torch.cpu, name)
+    page = os.sysconf("SC_PAGE_SIZE")
+    for name, fn in {
+        "empty_cache": lambda *a, **k: None, "reset_peak_memory_stats": lambda *a, **k: None,
+        "max_memory_allocated": lambda *a, **k: 0, "max_memory_reserved": lambda *a, **k: 0,
+        "memory_allocated": lambda *a, **k: 0, "memory_reserved": lambda *a, **k: 0,
+        "get_device_name": lambda *a, **k: "CPU", "is_available": lambda: True, "device_count": lambda: 1,
+        "current_device": lambda: "cpu", "set_device": lambda *a, **k: None, "synchronize": lambda *a, **k: None,
+        "mem_get_info": lambda *a, **k: (os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page),
+        "get_rng_state": lambda *a, **k: torch.get_rng_state(), "set_rng_state": lambda s, *a, **k: torch.set_rng_state(s),
+        "manual_seed": torch.manual_seed, "manual_seed_all": torch.manual_seed,
+    }.items():
+        setattr(cpu, name, fn)
+
+    class PlatformRlboxCPU(PlatformBase):
+        device_name = "cpu"
+        vendor_name = "rlbox-cpu"
+        device_module = cpu
+
+        def is_available(self):
+            return True
+
+        def current_device(self):
+            # verl uses it as a device for .to()/torch.device() (utils/fsdp_utils.py:507, engine/fsdp/
+            # transformer_impl.py:730,935,1052,1552): torch reads an int as an accelerator index; "cpu" is the CPU
+            return "cpu"
+
+        def device_count(self):
+            return 1
+
+        def set_device(self, device_index):
+            return None
+
+        def synchronize(self, device_index=None):
+            return None
+
+        def manual_seed(self, seed):
+            torch.manual_seed(seed)
+
+        def manual_seed_all(self, seed):
+            torch.manual_seed(seed)
+
+        def set_allocator_settings(self, settings):
+            return None
+
+        def empty_cache(self):
+            return None
+
+        def get_device_capability(self, device_index=0):
+            return (None, None)
+
+        def communication_backend_name(self):
+            return "gloo"
+
+        def visible_devices_envvar(self):
+            return "ASCEND_RT_VISIBLE_DEVICES"
+
+        def nvtx_range(self, msg):
+            return contextlib.nullcontext()
+
+        def profiler_start(self):
+            return None
+
+        def profiler_stop(self):
+            return None
+
+        def ray_resource_name(self):
+            return "NPU"
+
+        def ray_resource_options(self, num_gpus):
+            return {"resources": {"NPU": num_gpus}}
+
+        def ray_noset_envvars(self):
+            return ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"]
+
+        def is_ipc_supported(self):
+            return False
+
+        def cudart(self):
+            return None
+
+    mod.PlatformRegistry.register(platform="rlbox-cpu")(PlatformRlboxCPU)
+    os.environ.setdefault("VERL_PLATFORM", "rlbox-cpu")
+    # workers/engine/base.py:403-408: the FSDP engine is registered for devices cuda and npu only
+    # (engine/fsdp/transformer_impl.py:1143,1594, one class for both); verl's own VERL_ENGINE_DEVICE picks it.
+    os.environ.setdefault("VERL_ENGINE_DEVICE", "npu")
+    APPLIED.append("platform rlbox-cpu")
+
+
+def shim_hf_standin_rollout(mod):
+    # verl 0.9.1 verl/workers/rollout/base.py:89-93 (_ROLLOUT_REGISTRY) and replica.py:399-401
+    # (RolloutReplicaRegistry) hold only vllm, sglang, trtllm: the labelled stand-in rollout "hf-standin"
+    # (rlbox_verl_hf_server: HF generate on CPU behind verl's server interface, NOT vLLM) is added to both.
+    if _verl_version() != "0.9.1":
+        return
+    import rlbox_verl_hf_server
+    if mod.__name__.endswith(".base"):
+        rlbox_verl_hf_server.register(base_module=mod)
+        APPLIED.append("rollout hf-standin (adapter)")
+    else:
+        rlbox_verl_hf_server.register(replica_module=mod)
+        APPLIED.append("rollout hf-standin (replica)")
+
+
 # module -> its shims (name as rlbox's plan knows it, function), applied after the module executes
 HOOKS = {
     "verl.utils.device": [("nccl-backend-gloo", shim_device)],
@@ -145,12 +275,15 @@ HOOKS = {
     "torch.cpu": [("torch-cpu-memory", shim_torch_cpu)],
     "verl.utils.fsdp_utils": [("cpu-offload-unpinned", shim_fsdp_utils), ("fsdp2-shard", shim_fsdp2_shard)],
     "verl.workers.rollout.hf_rollout": [("hf-rollout-n1", shim_hf_rollout)],
+    "verl.plugin.platform.platform_manager": [("cpu-platform", shim_cpu_platform)],
+    "verl.workers.rollout.base": [("hf-standin-rollout", shim_hf_standin_rollout)],
+    "verl.workers.rollout.replica": [("hf-standin-rollout", shim_hf_standin_rollout)],
 }
 
 
 def enabled(setting):
     """The shim names RLBOX_VERL_CPU_SHIMS selects: unset or empty = all, "0" = none, else a comma list."""
-    every = [name for shims in HOOKS.values() for name, _ in shims]
+    every = list(dict.fromkeys(name for shims in HOOKS.values() for name, _ in shims))
     if setting is None or not setting.strip():
         return set(every)
     if setting.strip() == "0":
