@@ -236,3 +236,18 @@ def test_a_submission_awaits_the_dashboards_answer_up_to_its_patience(monkeypatc
     assert client.submit(Job(), patience=60.0) == "rr-1"
     client.info("rr-1")
     assert seen == [("POST", 60.0), ("GET", 10.0)]
+
+
+@pytest.mark.parametrize("nodes, seconds", [(1, 1.0), (16, 1.0), (64, 1.0), (128, 2.0), (256, 4.0), (1000, 15.625)])
+def test_the_watch_period_grows_with_the_cluster_past_64_nodes(nodes, seconds):
+    assert watch.period(nodes) == seconds
+    assert watch.Watch([], [], [None] * nodes, None).every == seconds  # the default every Watch gets
+    assert watch.Watch([], [], [None] * nodes, None, every=0.5).every == 0.5
+
+
+@pytest.mark.parametrize("items, limit, expected", [(0, 64, 1), (1, 64, 1), (16, 64, 16), (64, 64, 64), (1000, 64, 64), (5, 2, 2)])
+def test_hosts_are_worked_on_at_most_max_parallel_at_once(items, limit, expected):
+    from rlbox.cluster import hosts
+
+    assert hosts.width(items, limit) == expected
+    assert hosts.width(items) == min(max(1, items), hosts.MAX_PARALLEL)

@@ -166,10 +166,21 @@ def connect(host: Host) -> Node:
     return Node(host, client, [tunnel])
 
 
+# At most this many hosts are worked on at once (threads, ssh sessions being opened, engine calls in
+# flight): bounded so that 1,000 hosts do not mean 1,000 threads and a burst of 1,000 ssh handshakes
+# from the launcher at one instant (docs/benchmarks.md, the model to 1,000 nodes).
+MAX_PARALLEL = 64
+
+
+def width(items: int, limit: int = MAX_PARALLEL) -> int:
+    """How many of ``items`` hosts run at once: all of them up to ``limit``, then ``limit``."""
+    return max(1, min(items, limit))
+
+
 def on_every(fn, items) -> tuple[list, list[RlboxError]]:
-    """``fn`` on every item at once (one thread each); results in order, and the errors, each
-    an RlboxError (an unexpected exception becomes one, so no thread's failure is lost)."""
-    pool = ThreadPoolExecutor(max_workers=max(1, len(items)))
+    """``fn`` on every item, up to MAX_PARALLEL at once (one thread each); results in order, and the
+    errors, each an RlboxError (an unexpected exception becomes one, so no thread's failure is lost)."""
+    pool = ThreadPoolExecutor(max_workers=width(len(items)))
     futures = [pool.submit(fn, item) for item in items]
     try:
         pool.shutdown(wait=True)
