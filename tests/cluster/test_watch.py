@@ -251,3 +251,18 @@ def test_hosts_are_worked_on_at_most_max_parallel_at_once(items, limit, expected
 
     assert hosts.width(items, limit) == expected
     assert hosts.width(items) == min(max(1, items), hosts.MAX_PARALLEL)
+
+
+@pytest.mark.parametrize("hosts, soft, hard, expected", [
+    (8, 1024, 4096, None),  # 256 + 64 x 8 = 768 fit
+    (100, 1024, 65536, 6656),
+    (1000, 1024, 65536, 64256),
+    (2000, 1024, 65536, 65536),  # held under the hard limit
+    (100, 1024, 1024, None),  # nothing to gain
+    (100, 1024, -1, 6656),  # hard: unlimited
+    (100, -1, -1, None),  # soft: unlimited
+])
+def test_the_launcher_raises_its_open_files_limit_for_many_hosts(hosts, soft, hard, expected):
+    from rlbox.cluster import hosts as hosts_mod
+
+    assert hosts_mod.files_wanted(hosts, soft, hard, infinity=-1) == expected

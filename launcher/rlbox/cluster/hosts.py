@@ -200,8 +200,36 @@ def on_every(fn, items) -> tuple[list, list[RlboxError]]:
     return results, errors
 
 
+# Open files this process may need per host it holds: the ssh tunnel's process pipes and socket,
+# the Docker client's pooled connections, the dashboard's. bench/bringup.py's process peaked at 215
+# with 4 hosts up (~50 a host, docs/benchmarks.md): 1,000 hosts need ~64,000, over a soft 1024 but
+# under a usual hard 65536 (or 1,048,576).
+FILES_PER_HOST = 64
+FILES_BASE = 256
+
+
+def files_wanted(hosts: int, soft: int, hard: int, infinity: int = -1) -> int | None:
+    """The soft open-files limit to raise this process to for ``hosts`` hosts (held under ``hard``),
+    or None when ``soft`` already covers them."""
+    want = FILES_BASE + FILES_PER_HOST * hosts
+    if soft == infinity or soft >= want:
+        return None
+    return want if hard == infinity else (min(hard, want) if min(hard, want) > soft else None)
+
+
+def raise_open_files(hosts: int) -> None:
+    """Raise this process's soft open-files limit for ``hosts`` hosts, as far as the hard limit allows."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    new = files_wanted(hosts, soft, hard, resource.RLIM_INFINITY)
+    if new is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+
+
 def connect_all(hosts: tuple[Host, ...]) -> list[Node]:
     """Connect to every host in parallel; on any failure close the others and name the host."""
+    raise_open_files(len(hosts))
     nodes, errors = on_every(connect, hosts)
     if errors:
         for n in nodes:
