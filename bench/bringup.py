@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark: time from `rlbox run --cluster` to a ready cluster, for 1, 2 and 4 A3 hosts of a
-testbed (`rlbox testbed`: each host its own address, Docker engine and sshd on this machine).
+"""Benchmark: time from `rlbox run --cluster` to a ready cluster, for 1, 2, 4, 8 and 16 A3 hosts
+of a testbed (`rlbox testbed`: each host its own address, Docker engine and sshd on this machine).
 
 Measured in the same run, on the same testbed hosts and image, against two baselines, each
 driving the hosts over ssh as an operator does:
@@ -9,14 +9,22 @@ driving the hosts over ssh as an operator does:
       completion before the next node is started), the head polling `ray status` every 5 s
       until NHOSTS x 16 NPUs are there;
   (b) bare parallel `ray start --block` on every host at once (`ssh HOST docker run --network
-      host ...`), workers waiting for the head's port, readiness polled every 0.1 s through the
-      dashboard REST API: what Ray itself needs here.
+      host ...`), workers waiting for the head's port, ready when Ray's node table (the head's
+      dashboard) has every host's node alive with its NPUs, polled every 0.1 s: the readiness rlbox
+      waits for (ray.wait_for_npus), what Ray itself needs here.
+
+Before each baseline the bench checks that nothing answers on its Ray ports (a cluster left over
+would be read as ready at once), and after each that none of its containers is left on any host.
 
 rlbox is timed from the start of planning to its "cluster ready" line: counting the hosts' NPUs
-over ssh, the pre-flight checks (`rlbox doctor` on every host) as `rlbox run` does them,
-claims, containers, Ray, readiness. Loading the image into the hosts is not counted (it is done
-once, before; `rlbox testbed up` prints its time) and neither is teardown.
-Prints the times and the ratios rlbox/(a) and rlbox/(b). --quick: 1 host, once.
+over ssh, the pre-flight checks (`rlbox doctor` on every host, also timed alone) as `rlbox run`
+does them, claims, containers, Ray, readiness. Then, on the ready cluster, the node watch's CPU
+per tick (20 forced looks: every engine and Ray's node table), then teardown, timed (each
+baseline's teardown too). Loading the image into the hosts is not counted (it is done once,
+before; `rlbox testbed up` prints its time).
+Prints the times and the ratios rlbox/(a) and rlbox/(b) per size, then at the largest size rlbox/(b)
+and rlbox against itself at the smallest, the watch's CPU per tick per node, and the load average.
+--quick: 1 host, once. --name/--subnet: the testbed's (tbb, 10.201.3.0/24).
 Needs root and the sim image (make sim-image).
 """
 
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -32,42 +41,50 @@ import threading
 import time
 from pathlib import Path
 
-import requests
 
 from rlbox.cluster import execute as run
 from rlbox.cluster import launch
+from rlbox.cluster import hosts, ray, watch
+from rlbox.cluster import state as run_state
+from rlbox.cluster.plan import LABEL_RUN
 from rlbox.cluster.preflight import checks
+from rlbox.core.errors import RlboxError
 from rlbox.testbed import execute as tb
 from rlbox.testbed import plan as tbplan
 
 NPUS = 16
 NAME = "tbb"
 SUBNET = "10.201.3.0/24"
+RESOURCES = json.dumps({"NPU": NPUS})
 GCS, DASHBOARD = 6766, 8260
 
 
 class Bed:
     """The bench's testbed and ssh to its hosts."""
 
-    def __init__(self, hosts: int, image: str):
+    def __init__(self, hosts: int, image: str, name: str = NAME, subnet: str = SUBNET):
         root = tbplan.DEFAULT_ROOT
+        self.name = name
         try:
-            tb.down(root, NAME, lambda line: None)  # left by a killed bench
+            tb.down(root, name, lambda line: None)  # left by a killed bench
         except Exception:  # noqa: BLE001 - none there
             pass
-        plan = tbplan.plan_testbed(hosts=hosts, hardware="a3", name=NAME, subnet=SUBNET, image=image, nofile=20000)
+        plan = tbplan.plan_testbed(hosts=hosts, hardware="a3", name=name, subnet=subnet, image=image, nofile=20000)
         self.state = tb.up(plan, lambda line: print(f"testbed: {line}", flush=True), load_image=tb.load_image_by_save)
 
     def down(self) -> None:
-        tb.down(self.state.root, NAME, lambda line: None)
+        tb.down(self.state.root, self.name, lambda line: None)
 
     def address(self, i: int) -> str:
         return self.state.hosts[i].address
 
     def ssh(self, i: int, *command: str, check: bool = True) -> str:
+        """Run ``command`` on host i, each argument as given: ssh joins its arguments into one line
+        for the remote shell, so they are quoted here (unquoted, `sh -c 'a; b'` ran only `a` there,
+        and a JSON argument lost its double quotes)."""
         s = self.state
         proc = subprocess.run(["ssh", "-i", s.identity_file, "-o", f"UserKnownHostsFile={s.known_hosts}", "-o", "BatchMode=yes",
-                               "--", f"root@{self.address(i)}", *command], capture_output=True, text=True)
+                               "--", f"root@{self.address(i)}", shlex.join(command)], capture_output=True, text=True)
         if check and proc.returncode != 0:
             raise SystemExit(f"bench: ssh {self.address(i)} {' '.join(command[:3])} failed: {proc.stderr.strip()[-300:]}")
         return proc.stdout
@@ -78,37 +95,99 @@ class Bed:
         path.write_text("\n".join(lines + [f"  - host: {self.address(i)}" for i in range(n)]) + "\n")
         return path
 
-    def clean(self, n: int, prefix: str) -> None:
-        def one(i):
-            self.ssh(i, "sh", "-c", f'ids=$(docker ps -aq --filter name={prefix}); [ -z "$ids" ] || docker rm -f $ids',
-                     check=False)
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    def on_all(self, n: int, one) -> list:
+        out: list = [None] * n
+
+        def run(i):
+            out[i] = one(i)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        return out
+
+    def clean(self, n: int, prefix: str) -> None:
+        """Remove the baseline's containers from hosts 0..n-1 and check that none is left."""
+        self.on_all(n, lambda i: self.ssh(i, "sh", "-c", f"docker ps -aq --filter name={prefix} | xargs -r docker rm -f",
+                                          check=False))
+        left = [self.address(i) for i, out in enumerate(self.on_all(
+            n, lambda i: self.ssh(i, "docker", "ps", "-aq", "--filter", f"name={prefix}"))) if out.strip()]
+        if left:
+            raise SystemExit(f"bench: {prefix} containers still on {', '.join(left)} after removing them")
+
+    def quiet(self, n: int) -> None:
+        """Nothing answers on the baselines' Ray ports: a cluster left over would be read as ready."""
+        busy = [self.address(i) for i, out in enumerate(self.on_all(n, lambda i: self.ssh(
+            i, "sh", "-c", f"(exec 3<>/dev/tcp/127.0.0.1/{GCS}) 2>/dev/null && echo busy; "
+                           f"(exec 3<>/dev/tcp/{self.address(i)}/{DASHBOARD}) 2>/dev/null && echo busy; true"))) if out.strip()]
+        if busy:
+            raise SystemExit(f"bench: Ray ports {GCS}/{DASHBOARD} already answer on {', '.join(busy)}; a cluster is left over")
+
+    def ready(self, n: int, start: float) -> float:
+        """Seconds from ``start`` until Ray reports every host's node alive with all its NPUs: the same
+        readiness rlbox waits for (ray.wait_for_npus, through the head's dashboard)."""
+        expected = {f"node{i}": self.address(i) for i in range(n)}
+        ray.wait_for_npus(f"http://{self.address(0)}:{DASHBOARD}", expected, n * NPUS, timeout=300, poll=0.1)
+        return time.perf_counter() - start
 
 
-def rlbox_bringup(n: int, cluster: Path, runs: Path) -> float:
+TICKS = 20
+
+
+def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
+    """rlbox's bring-up to its "cluster ready" line (pre-flight within it, also timed alone), then the
+    node watch's CPU per tick over the ready cluster (this process's CPU time, all its threads, for
+    TICKS forced looks: every engine and Ray's node table), then teardown (`rlbox stop`'s removal)."""
     start = time.perf_counter()
     ready_at: list[float] = []
+    spent: list[float] = []
 
     def echo(line: str) -> None:
         if line.startswith("cluster ready"):
             ready_at.append(time.perf_counter())
 
-    plan, run_dir = launch.prepare(launch.RunRequest(cluster_file=cluster, name=f"tbb{n}", runs_dir=runs))
+    plan, run_dir = launch.prepare(launch.RunRequest(cluster_file=cluster, name=f"{name}{n}", runs_dir=runs))
+    checks_of = checks.checks_before_start(plan, replace=True, echo=echo)
+
+    def before(nodes):
+        t = time.perf_counter()
+        checks_of(nodes)
+        spent.append(time.perf_counter() - t)
+
     run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True, bring_up_only=True,
-                before=checks.checks_before_start(plan, replace=True, echo=echo))
-    if not ready_at:
-        raise SystemExit("bench: rlbox never said the cluster was ready")
-    return ready_at[0] - start
+                keep=True, before=before)
+    state = run_state.load(runs, plan.run)
+    nodes = hosts.connect_all(tuple(p.host for p in plan.nodes))
+    try:
+        if not ready_at:
+            raise SystemExit("bench: rlbox never said the cluster was ready")
+        looking = watch.Watch(watch.expected_of_record(state.nodes, state.addresses), [p.container.name for p in plan.nodes],
+                              nodes, nodes[0].dashboard(plan.head, plan.ports.dashboard, plan.sim))
+        looking.check(force=True)  # connections warm, as in a run
+        cpu = time.process_time()
+        for _ in range(TICKS):
+            looking.check(force=True)
+        tick_cpu = (time.process_time() - cpu) / TICKS
+    finally:
+        t = time.perf_counter()
+        run.remove_run(nodes, plan.run, plan.network.name if plan.network else None)
+        teardown = time.perf_counter() - t
+        left = [p.host.name for p, node in zip(plan.nodes, nodes)
+                if node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={plan.run}"})]
+        for node in nodes:
+            node.close()
+    if left:
+        raise SystemExit(f"bench: rlbox's containers still on {', '.join(left)} after teardown")
+    return {"ready": ready_at[0] - start, "preflight": spent[0] if spent else 0.0, "teardown": teardown,
+            "tick_cpu_ms": tick_cpu * 1000}
 
 
-def seed_script(bed: Bed, n: int, image: str) -> float:
+def seed_script(bed: Bed, n: int, image: str) -> tuple[float, float]:
     """(a) one host after another; the head polls `ray status` every 5 s (seed 001 §4.5)."""
     prefix = "rlbox-bench-seed"
     bed.clean(n, prefix)
+    bed.quiet(n)
     start = time.perf_counter()
     head = bed.address(0)
     done = threading.Event()
@@ -124,30 +203,43 @@ def seed_script(bed: Bed, n: int, image: str) -> float:
                 return
             time.sleep(5)
 
-    for i in range(n):
-        name, ip = f"{prefix}-{i}", bed.address(i)
-        bed.ssh(i, "docker", "run", "-d", "--name", name, "--network", "host", "--ipc", "host", "--entrypoint", "sleep",
-                image, "infinity")
-        if i == 0:
-            bed.ssh(i, "docker", "exec", name, "ray", "start", "--head", f"--port={GCS}", f"--dashboard-port={DASHBOARD}",
-                    f"--dashboard-host={head}", f"--node-ip-address={head}", f"--resources='{{\"NPU\": {NPUS}}}'",
-                    "--disable-usage-stats")
-            threading.Thread(target=poll_head, daemon=True).start()
-        else:
-            bed.ssh(i, "docker", "exec", name, "ray", "start", f"--address={head}:{GCS}", f"--node-ip-address={ip}",
-                    f"--resources='{{\"NPU\": {NPUS}}}'", "--disable-usage-stats")
-    done.wait(timeout=300)
-    took = (ready[0] if ready else time.perf_counter()) - start
-    bed.clean(n, prefix)
+    try:
+        for i in range(n):
+            seed_host(bed, i, prefix, image, poll_head)
+        done.wait(timeout=300)
+    finally:
+        done.set()
+        took = (ready[0] if ready else time.perf_counter()) - start
+        down = time.perf_counter()
+        bed.clean(n, prefix)
+        down = time.perf_counter() - down
     if not ready:
         raise SystemExit("bench: the seed procedure's cluster never got ready")
-    return took
+    return took, down
 
 
-def parallel_bare(bed: Bed, n: int, image: str) -> float:
-    """(b) every host's bare `ray start --block` at once; REST readiness polled every 0.1 s."""
+def seed_host(bed: Bed, i: int, prefix: str, image: str, poll_head) -> None:
+    """Seed 001's steps on host i: its container, then `ray start` in it (the head starts the polling)."""
+    head = bed.address(0)
+    name, ip = f"{prefix}-{i}", bed.address(i)
+    bed.ssh(i, "docker", "run", "-d", "--name", name, "--network", "host", "--ipc", "host", "--entrypoint", "sleep",
+            image, "infinity")
+    if i == 0:
+        bed.ssh(i, "docker", "exec", name, "ray", "start", "--head", f"--port={GCS}", f"--dashboard-port={DASHBOARD}",
+                f"--dashboard-host={head}", f"--node-ip-address={head}", f"--resources={RESOURCES}",
+                "--disable-usage-stats")
+        threading.Thread(target=poll_head, daemon=True).start()
+    else:
+        bed.ssh(i, "docker", "exec", name, "ray", "start", f"--address={head}:{GCS}", f"--node-ip-address={ip}",
+                f"--resources={RESOURCES}", "--disable-usage-stats")
+
+
+def parallel_bare(bed: Bed, n: int, image: str) -> tuple[float, float]:
+    """(b) every host's bare `ray start --block` at once; ready when Ray's node table has every host's node
+    alive with its NPUs (as for rlbox), polled every 0.1 s."""
     prefix = "rlbox-bench-bare"
     bed.clean(n, prefix)
+    bed.quiet(n)
     start = time.perf_counter()
     head = bed.address(0)
     threads, failures = [], []
@@ -158,10 +250,10 @@ def parallel_bare(bed: Bed, n: int, image: str) -> float:
         role = (f"--head --port={GCS} --dashboard-port={DASHBOARD} --dashboard-host={head}" if i == 0
                 else f"--address={head}:{GCS}")
         script = (f"{wait}exec ray start --block {role} --node-ip-address={ip} "
-                  f"--resources='{{\"NPU\": {NPUS}}}' --disable-usage-stats")
+                  f"--resources={shlex.quote(RESOURCES)} --disable-usage-stats")
         try:
             bed.ssh(i, "docker", "run", "-d", "--name", f"{prefix}-{i}", "--network", "host", "--ipc", "host",
-                    "--entrypoint", "bash", image, "-c", f'"{script}"')
+                    "--entrypoint", "bash", image, "-c", script)
         except SystemExit as err:
             failures.append(str(err))
 
@@ -172,32 +264,28 @@ def parallel_bare(bed: Bed, n: int, image: str) -> float:
         t.join()
     if failures:
         raise SystemExit(failures[0])
-    took = None
-    while time.perf_counter() - start < 300:
-        try:
-            rows = requests.get(f"http://{head}:{DASHBOARD}/api/v0/nodes", params={"detail": "1"}, timeout=2).json()["data"]["result"]["result"]
-            if sum(int(r["resources_total"].get("NPU", 0)) for r in rows if r["state"] == "ALIVE") >= n * NPUS:
-                took = time.perf_counter() - start
-                break
-        except (requests.RequestException, KeyError, ValueError):
-            pass
-        time.sleep(0.1)
+    try:
+        took = bed.ready(n, start)
+    except RlboxError as err:
+        bed.clean(n, prefix)
+        raise SystemExit(f"bench: bare cluster: {err}") from None
+    down = time.perf_counter()
     bed.clean(n, prefix)
-    if took is None:
-        raise SystemExit("bench: bare cluster never got ready")
-    return took
+    return took, time.perf_counter() - down
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--quick", action="store_true", help="1 host, once (CI: proves the bench runs)")
+    parser.add_argument("--name", default=NAME, help=f"the testbed's name (default {NAME})")
+    parser.add_argument("--subnet", default=SUBNET, help=f"the testbed's subnet (default {SUBNET})")
     args = parser.parse_args()
     sizes = [1] if args.quick else args.hosts
     image = f"localhost/rlbox/sim:{launch.host_arch_variant()}"
     if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
         raise SystemExit(f"bench: {image} missing; run `make sim-image`")
-    bed = Bed(max(sizes), image)
+    bed = Bed(max(sizes), image, args.name, args.subnet)
     print(f"testbed: {max(sizes)} host(s) up in {bed.state.up_seconds:.1f} s; image into every host in "
           f"{bed.state.image_seconds:.1f} s (not counted below)", flush=True)
     results = []
@@ -205,21 +293,32 @@ def main() -> int:
         runs = Path(tempfile.mkdtemp(prefix="rlbox-tbb-runs-"))
         for n in sizes:
             cluster = bed.cluster(n, runs)
-            r = rlbox_bringup(n, cluster, runs)
-            a = seed_script(bed, n, image)
-            b = parallel_bare(bed, n, image)
-            results.append({"hosts": n, "rlbox_s": round(r, 2), "seed_script_s": round(a, 2), "parallel_bare_s": round(b, 2)})
-            print(f"{n} host(s): rlbox {r:6.1f} s | (a) seed ray_start.sh {a:6.1f} s | (b) bare parallel ray start {b:6.1f} s"
+            x = rlbox_bringup(n, cluster, runs, args.name)
+            r = x["ready"]
+            a, a_down = seed_script(bed, n, image)
+            b, b_down = parallel_bare(bed, n, image)
+            results.append({"hosts": n, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
+                            "rlbox_teardown_s": round(x["teardown"], 2), "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
+                            "seed_script_s": round(a, 2), "seed_teardown_s": round(a_down, 2),
+                            "parallel_bare_s": round(b, 2), "bare_teardown_s": round(b_down, 2)})
+            print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
+                  f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick) | (a) seed ray_start.sh {a:6.1f} s (teardown {a_down:.1f} s)"
+                  f" | (b) bare parallel ray start {b:6.1f} s (teardown {b_down:.1f} s)"
                   f" | rlbox/(a) {r / a:4.2f} | rlbox/(b) {r / b:4.2f} | rlbox-(b) {r - b:+5.1f} s", flush=True)
     finally:
         bed.down()
+    first, last = results[0], results[-1]
+    if len(results) > 1:
+        print(f"at {last['hosts']} hosts: rlbox/(b) {last['rlbox_s'] / last['parallel_bare_s']:.2f} (goal <= 1) | "
+              f"rlbox at {last['hosts']} / rlbox at {first['hosts']}: {last['rlbox_s'] / first['rlbox_s']:.2f} (goal <= 2) | "
+              f"watch CPU per tick per node: " + ", ".join(f"{x['hosts']}: {x['watch_tick_cpu_ms'] / x['hosts']:.1f} ms"
+                                                           for x in results) + " (linear: flat or falling)")
+    print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     print("RESULTS " + json.dumps(results))
     return 0
 
 
 if __name__ == "__main__":
-    from rlbox.core.errors import RlboxError
-
     try:
         sys.exit(main())
     except RlboxError as err:  # one line, as rlbox says it (the testbed was taken down)

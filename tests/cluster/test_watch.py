@@ -236,3 +236,33 @@ def test_a_submission_awaits_the_dashboards_answer_up_to_its_patience(monkeypatc
     assert client.submit(Job(), patience=60.0) == "rr-1"
     client.info("rr-1")
     assert seen == [("POST", 60.0), ("GET", 10.0)]
+
+
+@pytest.mark.parametrize("nodes, seconds", [(1, 1.0), (16, 1.0), (64, 1.0), (128, 2.0), (256, 4.0), (1000, 15.625)])
+def test_the_watch_period_grows_with_the_cluster_past_64_nodes(nodes, seconds):
+    assert watch.period(nodes) == seconds
+    assert watch.Watch([], [], [None] * nodes, None).every == seconds  # the default every Watch gets
+    assert watch.Watch([], [], [None] * nodes, None, every=0.5).every == 0.5
+
+
+@pytest.mark.parametrize("items, limit, expected", [(0, 64, 1), (1, 64, 1), (16, 64, 16), (64, 64, 64), (1000, 64, 64), (5, 2, 2)])
+def test_hosts_are_worked_on_at_most_max_parallel_at_once(items, limit, expected):
+    from rlbox.cluster import hosts
+
+    assert hosts.width(items, limit) == expected
+    assert hosts.width(items) == min(max(1, items), hosts.MAX_PARALLEL)
+
+
+@pytest.mark.parametrize("hosts, soft, hard, expected", [
+    (8, 1024, 4096, None),  # 256 + 64 x 8 = 768 fit
+    (100, 1024, 65536, 6656),
+    (1000, 1024, 65536, 64256),
+    (2000, 1024, 65536, 65536),  # held under the hard limit
+    (100, 1024, 1024, None),  # nothing to gain
+    (100, 1024, -1, 6656),  # hard: unlimited
+    (100, -1, -1, None),  # soft: unlimited
+])
+def test_the_launcher_raises_its_open_files_limit_for_many_hosts(hosts, soft, hard, expected):
+    from rlbox.cluster import hosts as hosts_mod
+
+    assert hosts_mod.files_wanted(hosts, soft, hard, infinity=-1) == expected

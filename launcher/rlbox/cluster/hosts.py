@@ -166,10 +166,21 @@ def connect(host: Host) -> Node:
     return Node(host, client, [tunnel])
 
 
+# At most this many hosts are worked on at once (threads, ssh sessions being opened, engine calls in
+# flight): bounded so that 1,000 hosts do not mean 1,000 threads and a burst of 1,000 ssh handshakes
+# from the launcher at one instant (docs/benchmarks.md, the model to 1,000 nodes).
+MAX_PARALLEL = 64
+
+
+def width(items: int, limit: int = MAX_PARALLEL) -> int:
+    """How many of ``items`` hosts run at once: all of them up to ``limit``, then ``limit``."""
+    return max(1, min(items, limit))
+
+
 def on_every(fn, items) -> tuple[list, list[RlboxError]]:
-    """``fn`` on every item at once (one thread each); results in order, and the errors, each
-    an RlboxError (an unexpected exception becomes one, so no thread's failure is lost)."""
-    pool = ThreadPoolExecutor(max_workers=max(1, len(items)))
+    """``fn`` on every item, up to MAX_PARALLEL at once (one thread each); results in order, and the
+    errors, each an RlboxError (an unexpected exception becomes one, so no thread's failure is lost)."""
+    pool = ThreadPoolExecutor(max_workers=width(len(items)))
     futures = [pool.submit(fn, item) for item in items]
     try:
         pool.shutdown(wait=True)
@@ -189,8 +200,36 @@ def on_every(fn, items) -> tuple[list, list[RlboxError]]:
     return results, errors
 
 
+# Open files this process may need per host it holds: the ssh tunnel's process pipes and socket,
+# the Docker client's pooled connections, the dashboard's. bench/bringup.py's process peaked at 215
+# with 4 hosts up (~50 a host, docs/benchmarks.md): 1,000 hosts need ~64,000, over a soft 1024 but
+# under a usual hard 65536 (or 1,048,576).
+FILES_PER_HOST = 64
+FILES_BASE = 256
+
+
+def files_wanted(hosts: int, soft: int, hard: int, infinity: int = -1) -> int | None:
+    """The soft open-files limit to raise this process to for ``hosts`` hosts (held under ``hard``),
+    or None when ``soft`` already covers them."""
+    want = FILES_BASE + FILES_PER_HOST * hosts
+    if soft == infinity or soft >= want:
+        return None
+    return want if hard == infinity else (min(hard, want) if min(hard, want) > soft else None)
+
+
+def raise_open_files(hosts: int) -> None:
+    """Raise this process's soft open-files limit for ``hosts`` hosts, as far as the hard limit allows."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    new = files_wanted(hosts, soft, hard, resource.RLIM_INFINITY)
+    if new is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+
+
 def connect_all(hosts: tuple[Host, ...]) -> list[Node]:
     """Connect to every host in parallel; on any failure close the others and name the host."""
+    raise_open_files(len(hosts))
     nodes, errors = on_every(connect, hosts)
     if errors:
         for n in nodes:

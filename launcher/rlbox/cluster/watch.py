@@ -123,12 +123,26 @@ def expected_of_record(nodes: list[dict], addresses: dict[str, str] | None) -> l
                      addresses.get(str(n.get("index"))) or n.get("host", "")) for n in nodes]
 
 
+# The watch looks at most this many containers per second: 1 s between looks up to 64 nodes, then the
+# period grows with N (4 s at 256, 15.6 s at 1,000), so the launcher's load stays flat as the cluster
+# grows; Ray's own health check (HEALTH_CHECK_ENV: a node DEAD within ~5 s) still catches a lost node
+# in the node table, which every look reads whole.
+LOOKS_PER_SECOND = 64.0
+BASE_PERIOD = 1.0
+
+
+def period(nodes: int) -> float:
+    """Seconds between two looks of the watch over ``nodes`` nodes."""
+    return max(BASE_PERIOD, nodes / LOOKS_PER_SECOND)
+
+
 class Watch:
-    """Every node of a running cluster, looked at no more often than ``every`` seconds.
-    ``containers``: each node's container name; ``expected``: each node's label, role, address."""
+    """Every node of a running cluster, looked at no more often than ``every`` seconds (by default
+    period(N)). ``containers``: each node's container name; ``expected``: each node's label, role, address."""
 
     def __init__(self, expected: list[Expected], containers: list[str], nodes: list[Node], dashboard: str | None,
-                 every: float = 1.0, clock: Callable[[], float] = time.monotonic):
+                 every: float | None = None, clock: Callable[[], float] = time.monotonic):
+        every = period(len(nodes)) if every is None else every
         self.containers, self.nodes, self.dashboard, self.every, self.clock = containers, nodes, dashboard, every, clock
         self.expected = expected
         self._last = float("-inf")
