@@ -90,3 +90,33 @@ def test_validate_against_091_reports_only_what_091_rejects(verl091):
     clean = [str(p) for p in validate.check(tree, argv + ROWS["W1"]["violating"], 1, 8)]
     assert not [p for p in clean if "rejects this at start-up" in p], clean
     assert not any("65eb019" in p or "796871d" in p for p in bad + clean)
+
+
+# -- the seeds' recipes on the new release --------------------------------------------------
+
+def test_a_recipe_on_another_release_has_its_keys_migrated_as_that_release_says():
+    from rlbox.cluster import recipes
+
+    r = recipes.load("dapo-qwen3-8b-custom-reward")
+    on = r.on("verl_pt210_cann910")
+    assert on.entrypoint == ["python3", "-m", "verl.trainer.main_ppo"] and on.working_dir is None
+    assert "reward.reward_manager.name=dapo" in on.overrides and "reward_model.reward_manager=dapo" not in on.overrides
+    assert "+reward.reward_kwargs.overlong_buffer_cfg.len=2048" in on.overrides
+    assert any(o.startswith("reward.custom_reward_function.path=") for o in on.overrides)
+    assert "+reward.reward_kwargs.max_resp_len=10000" in on.overrides
+    assert r.on(r.release) is r and r.on("verl_pt27_cann82rc1") is r  # its own release, or one it has no form for
+
+
+@pytest.mark.parametrize("name", ["dapo-qwen3-32b-a3", "dapo-qwen3-8b-custom-reward", "grpo-qwen2.5-0.5b-gsm8k",
+                                  "grpo-qwen3-vl-8b-geo3k"])
+def test_the_seeds_recipes_validate_against_verl_091_by_its_own_checks(verl091, name):
+    from rlbox.cluster import recipes
+
+    tree, _ = verl091
+    r = recipes.load(name).on("verl_pt210_cann910")
+    argv, _ = r.resolve({}, [])
+    npus = 16 if r.hardware == "a3" else 8
+    notes: list[str] = []
+    size = [f"trainer.nnodes={r.nodes}", f"trainer.n_gpus_per_node={npus}", "trainer.device=npu"]
+    assert [str(p) for p in validate.check(tree, argv + size, r.nodes, npus, notes=notes)] == []
+    assert any(n.startswith("verl 0.9.1's own checks ran") for n in notes), notes

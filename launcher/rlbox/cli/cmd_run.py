@@ -188,7 +188,8 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
     """
     plan, rec = launch.plan_for_validation(hosts=hosts, cluster_file=cluster_file, nodes=nodes, devices=devices,
                                            hardware=hardware, recipe=recipe, params=list(params), sets=list(sets),
-                                           command=list(command), mounts=list(mounts), max_restarts=max_restarts)
+                                           command=list(command), mounts=list(mounts), max_restarts=max_restarts,
+                                           image=image)
     argv = checks.verl_argv(plan)
     tree = checks.tree_for_validation(image=image, verl_version=verl_version, verl_config=verl_config,
                                       recipe=rec, client_factory=engine.local_client)

@@ -55,6 +55,7 @@ class RunRequest:
     nofile: int | None = None
     dry_run: bool = False
     max_restarts: int | None = None  # None: the recipe's default (0 without a recipe)
+    recipe_release: str | None = None  # the release whose form of the recipe runs (default: the image's)
 
 
 def host_arch_variant() -> str:
@@ -105,6 +106,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     # -- image and hardware ---------------------------------------------------------------
     m = matrix.load(find_root())
     image, from_matrix, hardware, profile = _image_and_hardware(req, m, recipe, spec.image, spec.hardware)
+    recipe = _recipe_on(recipe, req, m, from_matrix)
 
     # -- devices --------------------------------------------------------------------------
     asked = _devices_asked(req, recipe)
@@ -154,6 +156,18 @@ def _recipe_for(req: RunRequest) -> recipes.Recipe | None:
     if (req.params or req.sets) and not recipe:
         raise RlboxError("--param and --set go with --recipe (a command after `--` takes key=value itself)")
     return recipe
+
+
+def _recipe_on(recipe: recipes.Recipe | None, req: RunRequest, m: matrix.Matrix, from_matrix: str | None):
+    """The recipe as it runs on the release of its image (``req.recipe_release`` for a validation,
+    which plans no real image): keys that release's verl renamed are migrated (``Recipe.on``)."""
+    if recipe is None:
+        return None
+    release = req.recipe_release
+    if release is None and from_matrix and not req.sim:
+        variant = m.image_for(from_matrix)[1]
+        release = variant.release.release if variant else None
+    return recipe.on(release) if release else recipe
 
 
 def _image_and_hardware(req: RunRequest, m: matrix.Matrix, recipe: recipes.Recipe | None, spec_image: str | None,
@@ -249,10 +263,16 @@ def _driver_for(m: matrix.Matrix, image: str, bound: str = "min") -> str | None:
 def plan_for_validation(*, hosts: str | None, cluster_file: Path | None, nodes: int | None, devices: int | None,
                         hardware: str | None, recipe: str | None, params: list[str], sets: list[str],
                         command: list[str], mounts: list[str] | None = None,
-                        max_restarts: int | None = None) -> tuple[RunPlan, recipes.Recipe | None]:
+                        max_restarts: int | None = None, image: str | None = None) -> tuple[RunPlan, recipes.Recipe | None]:
     """`rlbox validate`: only the cluster's shape matters, so it is planned as a simulation of
-    that many nodes (nothing is read from any host)."""
+    that many nodes (nothing is read from any host). ``image`` (a RELEASE:VARIANT) picks the
+    release whose form of the recipe is checked."""
     rec = recipes.load(recipe) if recipe else None
+    release = None
+    if rec and image:
+        variant = matrix.load(find_root()).image_for(image)[1]
+        release = variant.release.release if variant else None
+        rec = rec.on(release) if release else rec
     if hosts or cluster_file:
         spec = cluster.from_hosts(hosts) if hosts else cluster.from_file(cluster_file)
         cluster.agree(spec, nodes)
@@ -260,7 +280,7 @@ def plan_for_validation(*, hosts: str | None, cluster_file: Path | None, nodes: 
     req = RunRequest(nodes=nodes or (rec.nodes if rec else 1), sim=True,
                      hardware=hardware if hardware not in (None, "auto") else (rec.hardware if rec else None),
                      devices=devices, recipe=recipe, params=list(params), sets=list(sets), command=list(command),
-                     dry_run=True, mounts=list(mounts or ()), max_restarts=max_restarts)
+                     dry_run=True, mounts=list(mounts or ()), max_restarts=max_restarts, recipe_release=release)
     plan, _ = prepare(req)
     return plan, rec
 
@@ -287,6 +307,7 @@ def prepare_kuberay(req: RunRequest, profile_file: Path | None, *, scheduler: st
     mounts = tuple(cluster.Mount.parse(m) for m in req.mounts)
     m = matrix.load(find_root())
     image, from_matrix, hardware, hw = _image_and_hardware(req, m, recipe, None, "auto")
+    recipe = _recipe_on(recipe, req, m, from_matrix)
     per_node = profile.npus_per_node or hw.npus_per_node
     asked = _devices_asked(req, recipe)
     ids = tuple(range(asked)) if isinstance(asked, int) else (asked or tuple(range(per_node)))

@@ -31,6 +31,19 @@ class Param(BaseModel):
     help: str = ""
 
 
+class Migration(BaseModel):
+    """The recipe on another release, whose verl renamed or moved what the recipe sets: read in that
+    verl's own config and code, each with its why. Applied by ``Recipe.on(release)``."""
+
+    model_config = ConfigDict(extra="forbid")
+    why: str
+    entrypoint: list[str] | None = Field(None, min_length=1)
+    working_dir: str | None = Field(None, description="'' for none (a verl installed from its wheel has no source folder)")
+    rename: dict[str, str] = Field(default_factory=dict, description="old key (or key prefix) -> new key; a leading + adds it")
+    drop: dict[str, str] = Field(default_factory=dict, description="key -> why it is not set on that release")
+    add: list[str] = Field(default_factory=list, description="overrides that release needs besides")
+
+
 class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -50,6 +63,34 @@ class Recipe(BaseModel):
         default_factory=list, description="modules the job imports at run time beyond what its entrypoint, "
         "workers, rollout and reward manager import (e.g. its reward function); `rlbox rehearse` imports them")
     notes: list[str] = Field(default_factory=list)
+    releases: dict[str, Migration] = Field(
+        default_factory=dict, description="release -> how the recipe's job changes on it (renamed keys, entrypoint)")
+
+    def on(self, release: str) -> "Recipe":
+        """This recipe as it runs on ``release``: its own release as written, another with its
+        migration applied (keys renamed per that verl), one without a migration unchanged."""
+        mig = self.releases.get(release)
+        if release == self.release or mig is None:
+            return self
+
+        def renamed(override: str) -> str | None:
+            key, eq, value = override.partition("=")
+            bare = key.lstrip("+~")
+            for old, why in mig.drop.items():
+                if bare == old or bare.startswith(old + "."):
+                    return None
+            for old, new in mig.rename.items():
+                if bare == old or bare.startswith(old + "."):
+                    target = new + bare[len(old):]
+                    return f"{target}{eq}{value}" if target.startswith("+") else f"{key[:len(key) - len(bare)]}{target}{eq}{value}"
+            return override
+
+        overrides = [o for o in (renamed(o) for o in self.overrides) if o is not None] + list(mig.add)
+        return self.model_copy(update={
+            "release": release, "overrides": overrides,
+            "entrypoint": list(mig.entrypoint or self.entrypoint),
+            "working_dir": (mig.working_dir or None) if mig.working_dir is not None else self.working_dir,
+            "releases": {}})
 
     def resolve(self, values: dict[str, str], extra: list[str]) -> tuple[list[str], dict[str, str]]:
         """argv and env with every {{param}} filled in; ``extra`` overrides replace same keys."""
