@@ -117,12 +117,17 @@ def test_judgement(m, over, ok, line):
 
 @pytest.mark.parametrize("overrides,reaches,expected", [
     ([], [], ("verl.workers.fsdp_workers", "verl.workers.rollout.vllm_rollout", "verl.workers.sharding_manager.fsdp_vllm",
-              "verl.workers.reward_manager.naive", "verl.utils.dataset.rl_dataset")),
+              "verl.workers.reward_manager.naive", "verl.workers.engine_workers",
+              "verl.experimental.reward_loop.reward_manager.naive", "verl.utils.dataset.rl_dataset")),
     (["actor_rollout_ref.actor.strategy=megatron", "reward_model.reward_manager=dapo"], ["verl.utils.reward_score.math_dapo"],
      ("verl.workers.megatron_workers", "verl.workers.rollout.vllm_rollout", "verl.workers.sharding_manager.megatron_vllm",
-      "verl.workers.reward_manager.dapo", "verl.utils.dataset.rl_dataset", "verl.utils.reward_score.math_dapo")),
+      "verl.workers.reward_manager.dapo", "verl.workers.engine_workers", "verl.experimental.reward_loop.reward_manager.dapo",
+      "verl.utils.dataset.rl_dataset", "verl.utils.reward_score.math_dapo")),
     (["actor_rollout_ref.actor.strategy=fsdp2"], [], None),
-], ids=["defaults", "megatron + dapo + reaches", "fsdp2 is fsdp's workers"])
+    (["reward.reward_manager.name=dapo"], [], ("verl.workers.fsdp_workers", "verl.workers.rollout.vllm_rollout",
+      "verl.workers.sharding_manager.fsdp_vllm", "verl.workers.reward_manager.dapo", "verl.workers.engine_workers",
+      "verl.experimental.reward_loop.reward_manager.dapo", "verl.utils.dataset.rl_dataset")),
+], ids=["defaults", "megatron + dapo + reaches", "fsdp2 is fsdp's workers", "verl 0.9's reward manager key"])
 def test_run_time_modules_come_from_the_recipe(overrides, reaches, expected):
     got = rehearsal.runtime_modules({"overrides": overrides, "reaches": reaches})
     if expected is None:

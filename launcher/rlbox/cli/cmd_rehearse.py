@@ -31,8 +31,12 @@ def rehearse_cmd(ref, ca_bundle, report, dry_run):
     tagged localhost/rlbox-rehearsal/NAME:VARIANT and labelled io.rlbox.rehearsal.
     """
     m = matrix()
+    variant = m.image_for(ref)[1] if ":" in ref else None
+    release = variant.release.release if variant else None
+    # each recipe in the form it runs on this release (keys that release's verl renamed, migrated)
+    forms = [r.on(release) if release else r for r in recipe_files.all_recipes()]
     shipped = {r.name: {"release": r.release, "entrypoint": list(r.entrypoint), "overrides": list(r.overrides),
-                        "reaches": list(r.reaches)} for r in recipe_files.all_recipes()}
+                        "reaches": list(r.reaches)} for r in forms}
     p = rehearsal.plan(m, ref, shipped, ca_bundle=ca_bundle)
     click.echo(p.describe())
     if dry_run:

@@ -162,9 +162,12 @@ def runtime_modules(recipe: dict) -> tuple[str, ...]:
     sets = dict(o.split("=", 1) for o in recipe.get("overrides", []) if "=" in o and not o.startswith(("+", "~")))
     strategy = WORKERS.get(sets.get("actor_rollout_ref.actor.strategy", "fsdp"), "fsdp")
     rollout = sets.get("actor_rollout_ref.rollout.name", "vllm")
-    manager = sets.get("reward_model.reward_manager", "naive")
+    manager = sets.get("reward.reward_manager.name") or sets.get("reward_model.reward_manager", "naive")
+    # verl <= 0.7 lays its workers out as {strategy}_workers + sharding managers; verl 0.9 as engine_workers and
+    # the reward loop's managers: both are asked, and what a verl does not have is reported as not in it
     mods = [f"verl.workers.{strategy}_workers", f"verl.workers.rollout.{rollout}_rollout",
             f"verl.workers.sharding_manager.{strategy}_{rollout}", f"verl.workers.reward_manager.{manager}",
+            "verl.workers.engine_workers", f"verl.experimental.reward_loop.reward_manager.{manager}",
             "verl.utils.dataset.rl_dataset"]  # every PPO/DAPO run builds its dataset with it
     return tuple(dict.fromkeys([*mods, *recipe.get("reaches", [])]))
 
