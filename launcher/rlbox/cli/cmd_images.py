@@ -30,6 +30,62 @@ def images_list(as_json: bool):
     out.print(table)
 
 
+@images.command("outdated")
+@click.argument("releases", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable: one record per release and component.")
+@click.option("--fail-on", type=click.Choice(["major", "minor", "patch", "any"]),
+              help="Exit 1 when a component is behind by at least this much (any: behind at all): for CI.")
+@click.option("--pip-index", help="JSON simple-API index to ask (default: the mirror profile's, else https://pypi.org/simple).")
+@click.option("--mirror", "mirror", metavar="PROFILE", help="Mirror profile from images/mirrors.yaml whose pip index to ask.")
+@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False), envvar="RLBOX_CA_BUNDLE",
+              help="CA bundle (PEM) for an index behind a TLS-inspecting proxy [env RLBOX_CA_BUNDLE].")
+def images_outdated(releases, as_json, fail_on, pip_index, mirror, ca_bundle):
+    """Every pinned component of each release (default: all) against the newest release on the
+    package index, with the age of the pin.
+
+    Asks the index's JSON simple API (PEP 691/700: versions and upload times). A git source is
+    compared through the PyPI project its releases are published as (vllm, vllm-ascend, verl,
+    transformers, megatron-core), by the version its build reports in the lock; one without such a
+    project, and CANN, are listed as unknown (their git tags need GitHub or a mirror). An index that
+    cannot be reached stops the command in one line: nothing is guessed.
+    """
+    import datetime as dt
+
+    from rlbox.cli.common import mirror_profile
+    from rlbox.core.errors import RlboxError
+    from rlbox.image import outdated
+
+    m = matrix()
+    profile = mirror_profile(m, mirror)
+    index = pip_index or (profile.pip_index if profile and profile.pip_index else None) or outdated.PYPI
+    pins = outdated.pins(m, list(releases) or None)
+    facts = outdated.gather({p.project for p in pins if p.project}, index, ca_bundle=ca_bundle)
+    today = dt.datetime.now(dt.timezone.utc)
+    rows = [outdated.compare(p, facts.get(p.project) if p.project else None, today) for p in pins]
+    if as_json:
+        click.echo(json.dumps({"index": index, "today": today.date().isoformat(), "components": [r.as_dict() for r in rows]},
+                              indent=2))
+    else:
+        table = table_of("RELEASE", "COMPONENT", "PINNED", "PINNED ON", "AGE", "NEWEST", "OF", "NEWEST PRE", "STATUS")
+        from rich.text import Text
+
+        for r in rows:  # every cell as text, never markup (versions and names come from files)
+            table.add_row(*(Text(c) for c in (
+                r.release, r.component, r.pinned, r.pinned_at or "", f"{r.age_days} d" if r.age_days is not None else "",
+                r.newest or "", r.newest_at or "", r.newest_pre or "",
+                r.status if r.status != "unknown" and r.pinned_at else f"{r.status}: {r.note}")))
+        out.print(table)
+        behind = [r for r in rows if r.behind]
+        out.print(f"{len(behind)} of {len(rows)} pinned components are behind {index} "
+                  f"({sum(r.status == 'unknown' for r in rows)} unknown)", markup=False)
+    if fail_on:
+        bad = outdated.fails(rows, fail_on)
+        if bad:
+            first = bad[0]
+            raise RlboxError(f"{len(bad)} component(s) behind by at least {fail_on}: first {first.release} {first.component} "
+                             f"{first.pinned} < {first.newest}", exit_code=1)
+
+
 @images.command("tags")
 @click.argument("repository")
 @REGISTRY

@@ -1,0 +1,130 @@
+"""`rlbox images outdated`: the comparison is pure (table-tested), the index is read over real HTTP
+(a local PEP 691 server for the answers an index can give, and PyPI itself for the seeds' releases)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from rlbox.core.errors import RlboxError
+from rlbox.image import outdated
+
+REPO = Path(__file__).resolve().parents[2]
+TODAY = dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc)
+
+
+def _project(**versions):
+    return outdated.Project("p", {v: dt.datetime.fromisoformat(t + "T00:00:00+00:00") for v, t in versions.items()})
+
+
+PROJECT = _project(**{"1.0.0": "2025-01-01", "1.1.0": "2025-06-01", "1.1.0.post1": "2025-07-01", "2.0.0": "2026-01-01",
+                      "2.1.0rc1": "2026-10-01"})
+
+
+@pytest.mark.parametrize("pin, status, behind, age, note", [
+    (outdated.Pin("r", "c", "p", "1.0.0", "pypi"), "behind (major)", "major", 693, "pypi"),
+    (outdated.Pin("r", "c", "p", "2.0.0", "pypi"), "current", None, 328, "pypi"),
+    (outdated.Pin("r", "c", "p", "2.0.0+cpu", "pypi"), "current", None, 328, "pypi"),  # a local build is its release
+    (outdated.Pin("r", "c", "p", "1.1.0.post1", "git (sdist stand-in)"), "behind (major)", "major", 512, "git (sdist stand-in)"),
+    (outdated.Pin("r", "c", "p", "2.0.1", "pypi"), "ahead", None, None, "pypi; 2.0.1 is not on the index"),
+    (outdated.Pin("r", "c", "p", None, "git"), "unknown", None, None, "git: the pin has no version"),
+    (outdated.Pin("r", "c", None, None, "git"), "unknown", None, None, "no PyPI project carries its releases"),
+], ids=["major", "current", "local build", "post release", "not on the index", "commit only", "no project"])
+def test_a_pin_against_its_project(pin, status, behind, age, note):
+    row = outdated.compare(pin, PROJECT if pin.project else None, TODAY)
+    assert (row.status, row.behind, row.age_days) == (status, behind, age)
+    assert row.note.startswith(note), row.note
+    if pin.project and pin.version:
+        assert row.newest == "2.0.0" and row.newest_pre == "2.1.0rc1"
+
+
+def test_fail_on_counts_only_what_is_behind_by_that_much():
+    rows = [outdated.compare(outdated.Pin("r", n, "p", v, "pypi"), PROJECT, TODAY)
+            for n, v in (("a", "1.0.0"), ("b", "2.0.0"))]
+    assert [r.component for r in outdated.fails(rows, "major")] == ["a"]
+    assert [r.component for r in outdated.fails(rows, "any")] == ["a"]
+    assert outdated.fails(rows[1:], "patch") == []
+
+
+def test_an_index_answer_is_typed_at_the_boundary():
+    data = {"versions": ["1.0", "1.0.1", 7], "files": [
+        {"filename": "p-1.0.tar.gz", "upload-time": "2025-01-02T03:04:05.000Z"},
+        {"filename": "p-1.0-py3-none-any.whl", "upload-time": "2025-01-01T00:00:00Z"},
+        {"filename": "p-1.0.1-cp311-cp311-manylinux_2_28_x86_64.whl", "upload-time": "not a time"},
+        {"filename": ["x"], "upload-time": "2025-01-01T00:00:00Z"}, "junk"]}
+    p = outdated.parse_project("p", data)
+    assert p.uploaded == {"1.0": dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)}
+    with pytest.raises(RlboxError, match="no file list"):
+        outdated.parse_project("p", {"files": "no"})
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if self.path == "/simple/good/":
+            body, kind = json.dumps({"versions": ["1.0"], "files": [
+                {"filename": "good-1.0.tar.gz", "upload-time": "2025-01-01T00:00:00Z"}]}).encode(), "application/vnd.pypi.simple.v1+json"
+        elif self.path == "/simple/html/":
+            body, kind = b"<html></html>", "text/html"
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def index():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    server.shutdown()
+
+
+def test_gather_reads_a_real_index_and_says_what_it_cannot(index):
+    found = outdated.gather({"good", "missing"}, index)
+    assert set(found) == {"good"} and "1.0" in found["good"].uploaded  # an unknown project is left unknown
+    with pytest.raises(RlboxError, match="not the JSON simple API"):
+        outdated.gather({"html"}, index)
+    with pytest.raises(RlboxError, match="cannot be reached from here.*nothing guessed"):
+        outdated.gather({"good"}, "http://127.0.0.1:9/simple", timeout=2)
+
+
+def rlbox(*args):
+    return subprocess.run([sys.executable, "-m", "rlbox.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          env=dict(os.environ, COLUMNS="250"), timeout=120)
+
+
+def test_offline_is_one_line_and_non_zero():
+    proc = rlbox("images", "outdated", "--pip-index", "http://127.0.0.1:9/simple")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().count("\n") == 0 and "cannot be reached from here" in proc.stderr
+
+
+def test_unknown_release_is_named():
+    proc = rlbox("images", "outdated", "verl_pt99")
+    assert proc.returncode == 2 and "no release 'verl_pt99'" in proc.stderr
+
+
+def test_the_seeds_releases_are_behind_on_pypi_with_ages():
+    """PyPI itself (CI installs from it): the seeds' 2025 pins are behind today's releases."""
+    proc = rlbox("images", "outdated", "verl_pt27_25rc3", "verl_pt27_cann82rc1", "--json", "--fail-on", "minor")
+    assert proc.returncode == 1 and "behind by at least minor" in proc.stderr
+    rows = {(r["release"], r["component"]): r for r in json.loads(proc.stdout)["components"]}
+    for key in (("verl_pt27_25rc3", "vllm"), ("verl_pt27_25rc3", "torch"), ("verl_pt27_cann82rc1", "vllm_ascend")):
+        assert rows[key]["status"].startswith("behind"), rows[key]
+        assert rows[key]["age_days"] > 300, rows[key]
+    assert rows[("verl_pt27_25rc3", "mindspeed")]["status"] == "unknown"
