@@ -321,7 +321,9 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
             argv += ["--runtime", name]
         code, out = run_in(p.tag, [*argv, module, "vllm_ascend"], mounts={str(SCRIPT.parent): "/opt/rlbox/check"},
                            env={"VLLM_PLUGINS": ""}, timeout=wait)
-        start = out.find("{")
+        # the report is the JSON object printed last, from a line of its own: warnings before it may hold braces
+        found = re.search(r"^\{\s*$", out, re.M)
+        start = found.start() if found else -1
         try:
             facts["imports"][recipe] = json.loads(out[start:]) if start >= 0 else {"modules": {}}
         except ValueError:
