@@ -233,11 +233,42 @@ class JobsClient:
                 raised.append(err)
                 raise
 
-        shown = 0
+        count = [0]  # characters emitted so far, whichever session emitted them
+
+        def counted(text: str) -> None:
+            emit(text)
+            count[0] += len(text)
+
+        try:
+            return self._follow(submission_id, counted, count, tick, raised, patience)
+        except BaseException:
+            if raised and not isinstance(raised[0], KeyboardInterrupt):
+                # the watch ended the following (a node lost): before anything is torn down, the rest
+                # of the job's log from the head while it lives, so that the attempt's end is in the log
+                self.drain(submission_id, counted, count[0])
+            raise
+
+    def drain(self, submission_id: str, emit: Callable[[str], None], shown: int) -> None:
+        """What the job's log holds after its first ``shown`` characters, read once from the head
+        (Ray keeps the driver's whole log); where the head cannot answer, one line saying where the
+        log ends and why."""
+        try:
+            text = self.logs(submission_id)
+        except RlboxError as err:
+            emit(f"rlbox: the job's log ends here: the Ray head did not give the rest of it ({err})\n")
+            return
+        if not text:
+            emit("rlbox: the job's log ends here: the Ray head gave no log to read the rest from\n")
+        elif len(text) > shown:
+            rest = text[shown:]
+            emit(rest if rest.endswith("\n") else rest + "\n")
+
+    def _follow(self, submission_id: str, emit: Callable[[str], None], count: list[int], tick: Callable[[], None],
+                raised: list[BaseException], patience: float) -> dict:
         failing_since = None
         while True:
             try:
-                shown += self._tail(submission_id, emit, shown, tick)
+                self._tail(submission_id, emit, count[0], tick)
                 info = self.info(submission_id)
             except RlboxError as err:
                 if raised:
@@ -250,7 +281,7 @@ class JobsClient:
                 continue
             failing_since = None
             if info.get("status") in TERMINAL:
-                if shown == 0:  # a job that never ran a driver streams nothing: its log, if any, once
+                if count[0] == 0:  # a job that never ran a driver streams nothing: its log, if any, once
                     emit(self.logs(submission_id))
                 return info
             tick()
