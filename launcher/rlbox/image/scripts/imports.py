@@ -57,6 +57,8 @@ absent = []
 for name in runtime:
     try:
         found = importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError as err:  # a parent package this version does not have is absence too
+        found = not (err.name and (name == err.name or name.startswith(err.name + ".")))
     except (ImportError, ValueError, AttributeError):
         found = True  # its package fails to import: the import below says why
     (entries.append(name) if found else absent.append(name))
