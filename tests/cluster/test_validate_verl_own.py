@@ -8,6 +8,7 @@ under RLBOX_CACHE; the table runs in one process (verl imported once)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -55,8 +56,21 @@ def test_a_version_that_is_not_one_is_refused_before_anything_is_made():
 
 @pytest.fixture(scope="module")
 def verl091():
-    tree = validate.from_wheel("0.9.1")
-    return tree, verl_own.env_python("0.9.1")
+    """The environment of verl 0.9.1, with this machine's CPU torch wheel where it keeps one (what
+    pip's PIP_FIND_LINKS points at on these machines; the same wheel the CPU training tests serve)."""
+    from support.wheel_index import torch_wheel
+
+    wheel, before = torch_wheel(), os.environ.get("PIP_FIND_LINKS")
+    if wheel and str(wheel.parent) not in (before or "").split():
+        os.environ["PIP_FIND_LINKS"] = " ".join(filter(None, [before, str(wheel.parent)]))
+    try:
+        tree = validate.from_wheel("0.9.1")
+        return tree, verl_own.env_python("0.9.1")
+    finally:
+        if before is None:
+            os.environ.pop("PIP_FIND_LINKS", None)
+        else:
+            os.environ["PIP_FIND_LINKS"] = before
 
 
 def test_verl_091_own_checks_give_the_recorded_table(verl091):

@@ -82,6 +82,9 @@ def environmental(err: BaseException, root: str) -> str | None:
 def main() -> int:
     """One request (a JSON object) or several (a JSON list: one process, verl imported once)."""
     reqs = json.loads(sys.argv[1])
+    # torch_npu as on a host without it: these checks read the config only, and the host validating
+    # (a launcher, a login node) may have no NPU runtime, whose absence stops `import torch_npu`
+    sys.modules["torch_npu"] = None
     for req in reqs if isinstance(reqs, list) else [reqs]:
         try:
             out = verdict(req)
@@ -116,7 +119,8 @@ def verdict(req: dict) -> dict:
         validate = getattr(cfgmod, "validate_config", None)
         try:
             ppo_utils = importlib.import_module("verl.trainer.ppo.utils")
-        except ImportError:
+        except ImportError as err:
+            out["could_not"].append(f"verl.trainer.ppo.utils does not import here ({type(err).__name__}: {err})")
             ppo_utils = None
         need_ref = getattr(ppo_utils, "need_reference_policy", None)
         need_critic = getattr(ppo_utils, "need_critic", None)
