@@ -172,17 +172,23 @@ def test_a_bad_requirement_line_names_its_file():
 # git sources' own requirements, from a real repository (the fixture declares `idna>=3`).
 
 
-def _tree_for_fixture(tmp_path, fixture_repo, components):
+def _tree(tmp_path, repo, components):
+    """A tree whose one release has exactly ``components`` (in that order)."""
     tree = tmp_path / "tree"
     (tree / "images").mkdir(parents=True)
     for name in ("hardware.yaml", "defaults.yaml"):
         shutil.copy(REPO / "images" / name, tree / "images")
     for d in ("templates", "patches"):
         (tree / d).mkdir()
-    data = selftest.manifest(f"file://{fixture_repo.path}", fixture_repo.commit, [])
-    data["components"] = {**components, "fixture": {"git": f"file://{fixture_repo.path}", "commit": fixture_repo.commit}}
-    (tree / "images" / "selftest.yaml").write_text(yaml.safe_dump(data))
+    data = selftest.manifest(f"file://{repo.path}", repo.commit, [])
+    data["components"] = components
+    (tree / "images" / "selftest.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return matrix.load(tree).variants[0]
+
+
+def _tree_for_fixture(tmp_path, fixture_repo, components):
+    return _tree(tmp_path, fixture_repo, {**components, "fixture": {"git": f"file://{fixture_repo.path}",
+                                                                   "commit": fixture_repo.commit}})
 
 
 def test_git_source_requirements_come_from_its_metadata_into_the_lock(tmp_path, fixture_repo):
@@ -210,17 +216,8 @@ def test_the_verl_vllm_ascend_transformers_conflict_is_one_line_naming_both_and_
     """verl 0.9.1 (the real PyPI release) takes transformers>=5.5.3,<5.11,!=5.6.0; a vllm-ascend that
     pins transformers==5.14.1 (a git source here, as in the matrix) cannot stand beside it."""
     ascend = selftest.FixtureRepo(tmp_path / "vllm-ascend.git", dependencies=("transformers==5.14.1",)).create()
-    tree = tmp_path / "tree"
-    (tree / "images").mkdir(parents=True)
-    for name in ("hardware.yaml", "defaults.yaml"):
-        shutil.copy(REPO / "images" / name, tree / "images")
-    for d in ("templates", "patches"):
-        (tree / d).mkdir()
-    data = selftest.manifest(f"file://{ascend.path}", ascend.commit, [])
-    data["components"] = {"vllm_ascend": {"git": f"file://{ascend.path}", "commit": ascend.commit},
-                          "verl": {"pip": "verl==0.9.1"}}
-    (tree / "images" / "selftest.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    v = matrix.load(tree).variants[0]
+    v = _tree(tmp_path, ascend, {"vllm_ascend": {"git": f"file://{ascend.path}", "commit": ascend.commit},
+                                 "verl": {"pip": "verl==0.9.1"}})
     with pytest.raises(RlboxError) as err:
         resolve.resolve(v)
     line = str(err.value)
