@@ -47,6 +47,29 @@ def test_a_rejection_names_the_verl_that_made_it_and_notes_say_what_ran():
     assert verl_own.problems(verl_own.Verdict("0.9.1", (), (), None, None)) == []
 
 
+def test_when_verls_own_checks_cannot_run_validation_says_so_and_the_rest_stands(tmp_path):
+    from rlbox.cluster.preflight.validate import VerlTree
+
+    cfg = tmp_path / "verl" / "trainer" / "config"
+    cfg.mkdir(parents=True)
+    (cfg / "ppo_trainer.yaml").write_text("trainer:\n  device: cuda\n  nnodes: 1\n  n_gpus_per_node: 8\n")
+    (tmp_path / "verl" / "trainer" / "main_ppo.py").write_text(
+        '@hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)\n')
+
+    def cannot(tree, req):
+        raise RlboxError("cannot make the environment of verl 9.9.9 for its own checks: offline")
+
+    notes: list[str] = []
+    tree = VerlTree(tmp_path, "verl 9.9.9 wheel", version="9.9.9")
+    found = [str(p) for p in validate.check(tree, ["python3", "-m", "verl.trainer.main_ppo"], 1, 8, notes=notes, own=cannot)]
+    assert found == ["trainer.device: is 'cuda'; Ascend runs need trainer.device=npu"]
+    assert notes == ["verl's start-up checks did not run: cannot make the environment of verl 9.9.9 for its own checks: offline"]
+    notes.clear()
+    folder = VerlTree(tmp_path, str(tmp_path))
+    validate.check(folder, ["python3", "-m", "verl.trainer.main_ppo", "trainer.device=npu"], 1, 8, notes=notes, own=cannot)
+    assert len(notes) == 1 and notes[0].startswith("verl's start-up checks did not run:") and "source folder" in notes[0]
+
+
 def test_a_version_that_is_not_one_is_refused_before_anything_is_made():
     with pytest.raises(RlboxError, match="is not a version"):
         verl_own.env_python("0.9.1; rm -rf /")

@@ -357,9 +357,13 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
         said.append(f"verl {full[:7]}'s start-up checks: rlbox's restatement, held identical to verl's own results "
                     "at that commit (tests/fixtures/verl_rules)")
     elif tree.version or tree.image:
-        verdict = (own or own_checks)(tree, verl_own.request(entry, good, nodes, npus, tree.root))
-        problems += verl_own.problems(verdict)
-        said += verl_own.notes(verdict)
+        try:
+            verdict = (own or own_checks)(tree, verl_own.request(entry, good, nodes, npus, tree.root))
+        except RlboxError as err:  # no environment to run them in: said, and the other checks stand
+            said.append(f"verl's start-up checks did not run: {err}")
+        else:
+            problems += verl_own.problems(verdict)
+            said += verl_own.notes(verdict)
     else:
         said.append(f"verl's start-up checks did not run: {tree.origin} is a source folder with no environment to "
                     "run them in (validate with --image or --verl-version for them)")
