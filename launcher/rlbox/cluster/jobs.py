@@ -188,8 +188,8 @@ class JobsClient:
         except ValueError:
             raise RlboxError(f"Ray dashboard {self.base} sent no JSON for job {submission_id}") from None
 
-    def logs(self, submission_id: str) -> str:
-        resp = self._call("GET", f"/api/jobs/{submission_id}/logs")
+    def logs(self, submission_id: str, timeout: float | None = None) -> str:
+        resp = self._call("GET", f"/api/jobs/{submission_id}/logs", timeout=timeout)
         if resp.status_code != 200:
             return ""
         try:
@@ -251,9 +251,10 @@ class JobsClient:
     def drain(self, submission_id: str, emit: Callable[[str], None], shown: int) -> None:
         """What the job's log holds after its first ``shown`` characters, read once from the head
         (Ray keeps the driver's whole log); where the head cannot answer, one line saying where the
-        log ends and why."""
+        log ends and why. At most 3 s: a lost node is named right after (a head cut off the network
+        must not hold that back)."""
         try:
-            text = self.logs(submission_id)
+            text = self.logs(submission_id, timeout=3.0)
         except RlboxError as err:
             emit(f"rlbox: the job's log ends here: the Ray head did not give the rest of it ({err})\n")
             return
