@@ -120,6 +120,33 @@ class _Finite(click.FloatRange):
 SECONDS = _Finite(0, 86400, min_open=True)  # timeouts: more than 0 s, at most a day
 
 
+def _ascii_digits(kind, value, param, ctx) -> None:
+    """Python's int() reads any Unicode digit (``４``, ``٣``): an option's number is ASCII digits."""
+    if isinstance(value, str) and not (value.strip().lstrip("+-").isascii() and value.strip().lstrip("+-").isdigit()):
+        kind.fail(f"{value!r} is not a whole number (ASCII digits 0-9)", param, ctx)
+
+
+class Integer(click.types.IntParamType):
+    """Every integer option's type (``type=INT``): ASCII digits only."""
+
+    def convert(self, value, param, ctx):
+        _ascii_digits(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class IntRange(click.IntRange):
+    """Every bounded integer option's type: click's IntRange, ASCII digits only."""
+
+    def convert(self, value, param, ctx):
+        _ascii_digits(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+INT = Integer()
+INT32 = 2**31 - 1  # what a Kubernetes int32 field (activeDeadlineSeconds) holds
+MAX_RESTARTS = 10_000  # --max-restarts: what a run's record holds (and within a RayJob's int32 backoffLimit)
+
+
 def table_of(*headers: str):
     """A rich Table without borders (rich is imported here, when a command prints one)."""
     from rich.table import Table

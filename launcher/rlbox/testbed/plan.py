@@ -268,7 +268,7 @@ def per_host(values: tuple[str, ...], option: str, hosts: int, parse) -> dict[in
     out = {}
     for text in values:
         index, sep, value = text.partition("=")
-        if not sep or not index.isdigit() or not value:
+        if not sep or not (index.isascii() and index.isdigit()) or not value:
             raise RlboxError(f"{option} {text!r}: give HOST=VALUE, HOST a host number 1..{hosts}")
         if not 1 <= int(index) <= hosts:
             raise RlboxError(f"{option} {text!r}: host {index} is not one of 1..{hosts}")
@@ -277,7 +277,7 @@ def per_host(values: tuple[str, ...], option: str, hosts: int, parse) -> dict[in
 
 
 def _devices(value: str, where: str) -> int:
-    if not value.isdigit() or not 0 <= int(value) <= 32:
+    if not (value.isascii() and value.isdigit()) or not 0 <= int(value) <= 32:
         raise RlboxError(f"{where}: a device count is 0..32")
     return int(value)
 
