@@ -211,7 +211,7 @@ RUNS = [
      "unknown recipe"),
     # -- a value smuggling an attribute into a buildx option
     ("push-by-digest-comma", ["build", SIM, "--push-by-digest", "localhost:5000/x,registry.insecure=true", "--dry-run"],
-     {}, "cannot go into a buildx option value"),
+     {}, "--push-by-digest: localhost:5000/x,registry.insecure=true: 'x,registry.insecure=true' is not a repository path"),
     # -- accepted nonsense
     ("devices-fullwidth", ["run", "--dry-run", "--sim", "--nodes", "1", "--smoke-test", "--name", "bd-r",
                            "--devices", "３"], {}, "give a count"),

@@ -95,15 +95,18 @@ def image_ref(ref: str | None, what: str) -> str:
 
 
 def checked_image(ctx, param, value):
-    """Click callback: an image argument parsed as a reference before any engine call."""
+    """Click callback: an image argument or option (or each of a repeated one) parsed as a reference
+    (rlbox.registry.reference, the distribution spec's grammar) before any engine call."""
     if value is None:
         return value
     from rlbox.registry.reference import Reference
 
-    try:
-        Reference.parse(value)
-    except RlboxError as err:
-        raise RlboxError(f"{param.human_readable_name}: {err}") from None
+    what = param.opts[-1] if isinstance(param, click.Option) and param.opts else param.human_readable_name
+    for text in value if isinstance(value, tuple) else (value,):
+        try:
+            Reference.parse(text)
+        except RlboxError as err:
+            raise RlboxError(f"{what}: {err}") from None
     return value
 
 

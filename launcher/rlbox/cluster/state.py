@@ -17,6 +17,7 @@ from rlbox.cluster.spec import Host, HostName, SshUser
 from rlbox.core import names
 from rlbox.core.config import Int32, load_file
 from rlbox.core.errors import RlboxError
+from rlbox.registry import reference
 
 STATE_FILE = "state.json"
 
@@ -186,7 +187,7 @@ class StateRecord(BaseModel):
     model_config = ConfigDict(extra="allow")
     run: names.RunName
     run_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]{0,64}$")
-    image: str = Field("", max_length=512)
+    image: reference.ImageRef | Literal[""] = ""
     ports: dict[str, int | list[int]] = Field(default_factory=dict)
     network: _Network | None = None
     nodes: list[_Node] = Field(default_factory=list, max_length=4096)

@@ -30,22 +30,24 @@ def control_char(text: str) -> str | None:
     return found.group() if found else None
 
 
-def one_line(value: Any) -> Any:
+def one_line(value: Any, at: str = "") -> Any:
     """``value`` (a string, or lists and mappings of them) when no string in it holds a control
-    character; else ValueError naming it. Manifest strings reach rendered files (Dockerfiles,
-    labels, shell lines): a newline there would be a new instruction."""
+    character; else ValueError naming it and where below the field it is (``a2-arm.git.vllm.version``).
+    Manifest and lock strings reach rendered files (Dockerfiles, labels, shell lines): a newline
+    there would be a new instruction."""
     if isinstance(value, str):
         bad = control_char(value)
         if bad is not None:
-            raise ValueError(f"control character U+{ord(bad):04X} in {value[:60]!r}; "
-                             "a manifest value is one line of printable text")
+            where = f" at {at[1:]}" if at else ""
+            raise ValueError(f"control character U+{ord(bad):04X}{where} in {value[:60]!r}; "
+                             "a value here is one line of printable text")
     elif isinstance(value, dict):
         for k, v in value.items():
-            one_line(k)
-            one_line(v)
+            one_line(k, at)
+            one_line(v, f"{at}.{str(k)[:60]}")
     elif isinstance(value, (list, tuple)):
-        for v in value:
-            one_line(v)
+        for i, v in enumerate(value):
+            one_line(v, f"{at}.{i}")
     return value
 
 

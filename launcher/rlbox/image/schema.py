@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rlbox.core import names, quote
 from rlbox.core.config import Strict
+from rlbox.registry import reference
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 SHORT_SHA = re.compile(r"^[0-9a-f]{7,39}$")
@@ -50,17 +51,12 @@ BASE_TAG_FIELDS = ("cann", "chip", "os", "python")
 
 
 class Base(Strict):
-    image: str
+    image: reference.ImageName = Field(description="the base's repository name; the tag comes from `tag:`")
     tag: str = Field(description="format string over cann, chip, os, python (the base's Python)")
     python: str | None = Field(
         None, description="Python of the base image when it differs from the release's; "
         "the release's Python is then installed from the OS packages"
     )
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, v: str) -> str:
-        return quote.word(v, "base image")
 
     @field_validator("tag")
     @classmethod
@@ -100,8 +96,8 @@ class Driver(Strict):
 
 
 class ImageName(Strict):
-    registry: str
-    name: str
+    registry: reference.ImageName = Field(description="HOST[/PATH] the images are pushed under")
+    name: reference.ImageName
 
 
 class User(Strict):
@@ -212,13 +208,8 @@ Component.model_rebuild()
 class Variant(Strict):
     hardware: str
     platform: Literal["linux/arm64", "linux/amd64"] | None = None
-    tag: str | None = None
-    base_tag: str | None = Field(None, description="override of the base image tag")
-
-    @field_validator("tag", "base_tag")
-    @classmethod
-    def _tags(cls, v: str | None) -> str | None:
-        return None if v is None else quote.word(v, "tag")
+    tag: reference.ImageTag | None = None
+    base_tag: reference.ImageTag | None = Field(None, description="override of the base image tag")
     components: dict[str, Any] = Field(
         default_factory=dict, description="per-variant overrides of component fields (e.g. x86 torch index)"
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlbox.core.errors import RlboxError
+from rlbox.registry import reference
 
 
 class HostState(BaseModel):
@@ -37,7 +38,7 @@ class TestbedState(BaseModel):
     bridge: str
     gateway: str
     hardware: str
-    image: str | None = None
+    image: reference.ImageRef | None = None
     phase: str  # starting | up
     cluster_file: str
     identity_file: str

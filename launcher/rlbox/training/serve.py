@@ -31,6 +31,7 @@ from rlbox.cluster.spec import Host, HostName, Mount, SshUser, from_hosts
 from rlbox.core import engine, names
 from rlbox.core.config import Int32, Url, load_file, parse_pairs
 from rlbox.core.errors import RlboxError
+from rlbox.registry import reference
 from rlbox.training.oneshot import ensure_image
 from rlbox.cluster.plan import (BASE_ENV, CONTROL_DEVICES, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, LABEL_MANAGED, NOFILE, NPROC,
                    NPU_SMI, SIM_DRIVER, ContainerSpec)
@@ -245,8 +246,9 @@ class ServeRecord(BaseModel):
     """RUNS_DIR/serve/NAME.json as read back (ServePlan.as_dict)."""
 
     model_config = ConfigDict(extra="allow")
-    name: str | None = None
+    name: names.RunName | None = None
     host: HostName | None = None
+    image: reference.ImageRef | None = None
     ssh_user: SshUser | None = None
     ssh_port: int | None = Field(None, ge=1, le=65535)
     identity_file: str | None = None
