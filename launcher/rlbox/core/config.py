@@ -391,6 +391,8 @@ def validate(model: type[BaseModel], data: Any, where: str):
 
 def validate_named(model: type[BaseModel], entries: dict[str, Any], where: str, key: str) -> dict[str, Any]:
     """Each ``NAME: {...}`` under ``key`` of a file as ``model``; a problem names ``key.NAME.field``."""
+    if not isinstance(entries, dict):
+        raise RlboxError(f"{where}: {key}: Input should be a valid dictionary (NAME: ...), got {type(entries).__name__}")
     out = {}
     for name, body in entries.items():
         try:

@@ -344,6 +344,9 @@ def load(root: Path) -> Matrix:
         parent = data.get("extends")
         if parent is None:
             return merge(defaults, data)
+        if not isinstance(parent, str):
+            raise RlboxError(f"{config.rel(path, root)}: extends: Input should be a valid string (a release), "
+                             f"got {type(parent).__name__}")
         if parent not in raw:
             raise RlboxError(
                 f"{config.rel(path, root)}: extends: no release '{parent}'{did_you_mean(parent, raw)}"
