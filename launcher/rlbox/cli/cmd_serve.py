@@ -16,6 +16,13 @@ SERVE_NAME = click.option("--name", default="serve", show_default=True, callback
                           help="Server name: its container is rlbox-serve-NAME, its record RUNS_DIR/serve/NAME.json.")
 
 
+def _served_name(ctx, param, value):
+    """One argument of vLLM's command line and the name clients ask for: never an option or two words."""
+    if value is not None and (not value.isprintable() or any(c.isspace() for c in value) or value.startswith("-")
+                              or not 0 < len(value) <= 256):
+        raise RlboxError(f"--served-model-name {value[:60]!r}: one word of printable text, not starting with '-'")
+    return value
+
 
 @click.command("serve")
 @click.argument("model", required=False)
@@ -23,7 +30,7 @@ SERVE_NAME = click.option("--name", default="serve", show_default=True, callback
 @click.option("--dp", type=INT, default=1, show_default=True, help="--data-parallel-size.")
 @click.option("--max-model-len", type=INT, default=22528, show_default=True, help="--max-model-len (and --max-num-batched-tokens).")
 @click.option("--port", type=IntRange(1, 65535), default=6380, show_default=True, help="--port of the OpenAI server.")
-@click.option("--served-model-name", default="auto", show_default=True, help="Model name the server answers to (seed 000: auto).")
+@click.option("--served-model-name", default="auto", show_default=True, callback=_served_name, help="Model name the server answers to (seed 000: auto).")
 @click.option("--image", envvar="RLBOX_IMAGE", help="Image with vLLM + vllm-ascend: RELEASE:VARIANT or a reference (default for --sim: rlbox_sim).")
 @click.option("--hosts", help="The host to serve on (one; default: this machine).")
 @click.option("--sim", is_flag=True, help="A simulated node on the local engine running rlbox's stub OpenAI server instead of vLLM.")

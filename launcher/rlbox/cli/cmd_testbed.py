@@ -16,6 +16,7 @@ from rlbox.testbed import plan as tbplan
 ROOT = click.option("--root", default=tbplan.DEFAULT_ROOT, show_default=True,
                     help="Folder holding every testbed's state, engines' data and keys.")
 NAME = click.option("--name", default=tbplan.DEFAULT_NAME, show_default=True,
+                    callback=lambda ctx, param, value: tbplan.check_name(value),
                     help="The testbed's name (a letter then up to 4 letters/digits): rlbox-NAME-hI namespaces, bridge rlbox-NAME.")
 
 

@@ -268,6 +268,7 @@ def job_log(runs_dir: Path, run: str, job: str | None = None) -> Path:
     folder = run_dir(runs_dir, run)
     logs = job_logs(folder)
     if job:
+        names.check(job, "--job", "file")  # a run id or submission id: a file name, never a path
         for candidate in (job, job.removeprefix(f"rlbox-{run}-")):
             if (folder / f"{candidate}.log").is_file():
                 return folder / f"{candidate}.log"

@@ -288,13 +288,19 @@ def _driver(value: str, where: str) -> str:
     return value.lower()
 
 
+def check_name(name: str) -> str:
+    """A testbed's name: it becomes interface names and the folder ROOT/NAME, so never a path."""
+    if not NAME_RE.fullmatch(name):
+        raise RlboxError(f"--name {name[:60]!r}: a testbed name is a lower-case letter then up to 4 letters or digits "
+                         "(it names interfaces of at most 15 characters)")
+    return name
+
+
 def plan_testbed(*, hosts: int, hardware: str, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
                  root: str = DEFAULT_ROOT, driver: str = DEFAULT_DRIVER, image: str | None = None,
                  host_devices: tuple[str, ...] = (), host_driver: tuple[str, ...] = (),
                  nofile: int = 65536) -> TestbedPlan:
-    if not NAME_RE.fullmatch(name):
-        raise RlboxError(f"--name {name!r}: a testbed name is a lower-case letter then up to 4 letters or digits "
-                         "(it names interfaces of at most 15 characters)")
+    check_name(name)
     if hardware not in sim.CHIPS:
         raise RlboxError(f"--hardware {hardware}: choose a2, a3 or ax")
     if not 1 <= hosts <= MAX_HOSTS:
