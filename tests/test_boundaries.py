@@ -277,7 +277,7 @@ K8S = [
      "mountPath /dev/shm twice"),
     ("env-key-space", {}, ["--env", "A B=1"], "is not an environment variable name"),
     ("env-key-digit", {}, ["--env", "1A=x"], "is not an environment variable name"),
-    ("backoff-over-int32", {}, ["--max-restarts", str(2**31)], "int32"),
+    ("backoff-over-int32", {}, ["--max-restarts", str(2**31)], "'--max-restarts': 2147483648 is not in the range"),
     ("profile-billion-laughs", "laughs", [], "aliases (*name) are expanded"),
     ("profile-deep", "deep", [], "nested deeper than 64"),
 ]

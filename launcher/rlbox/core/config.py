@@ -402,6 +402,28 @@ def validate_named(model: type[BaseModel], entries: dict[str, Any], where: str, 
     return out
 
 
+# An environment variable's name as Kubernetes' API server takes it (validation.IsEnvVarName); Docker
+# takes these too. Every --env key is held to it, whichever backend the run goes to.
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+
+
+def env_name_problem(key: object) -> str | None:
+    if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
+        return (f"{str(key)[:60]!r} is not an environment variable name (letters, digits, '_', '-', '.'; "
+                "not starting with a digit)")
+    return None
+
+
+def parse_env(items: list[str] | tuple[str, ...], flag: str = "--env") -> dict[str, str]:
+    """``--env KEY=VALUE`` items: KEY=VALUE pairs whose keys are environment variable names."""
+    out = parse_pairs(list(items), flag)
+    for key in out:
+        problem = env_name_problem(key)
+        if problem:
+            raise RlboxError(f"{flag}: {problem}")
+    return out
+
+
 def parse_pairs(items: list[str], flag: str) -> dict[str, str]:
     """``KEY=VALUE`` items of a repeated command-line option, in order; one line for a bad one."""
     out = {}
