@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlbox.cluster.sim import network_for
 from rlbox.cluster.spec import Host, HostName, SshUser
 from rlbox.core import names
 from rlbox.core.config import Int32, load_file
@@ -248,6 +249,9 @@ def load(runs_dir: Path, name: str, *, folder_is_enough: bool = False) -> RunSta
     record = load_file(path, StateRecord, str(path), fmt="json")
     if record.run != name:
         raise RlboxError(f"{path}: run: {record.run!r} is not this run's name ({name!r})")
+    own = network_for(name).name
+    if record.network is not None and record.network.name != own:  # stop removes it: only ever the run's own
+        raise RlboxError(f"{path}: network.name: {record.network.name[:80]!r} is not this run's network ({own!r})")
     data = record.model_dump(exclude_unset=True)
     if record.log:
         data["log"] = str(checked_log(path.parent, record.log, str(path)))
