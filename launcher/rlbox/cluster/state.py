@@ -188,7 +188,7 @@ class StateRecord(BaseModel):
     model_config = ConfigDict(extra="allow")
     run: names.RunName
     run_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]{0,64}$")
-    image: reference.ImageRef | Literal[""] = ""
+    image: str = ""  # an image reference (or none yet)
     ports: dict[str, int | list[int]] = Field(default_factory=dict)
     network: _Network | None = None
     nodes: list[_Node] = Field(default_factory=list, max_length=4096)
@@ -203,6 +203,11 @@ class StateRecord(BaseModel):
     addresses: dict[Annotated[str, Field(pattern=r"^[0-9]{1,4}$")], Annotated[str, Field(pattern=r"^[0-9A-Fa-f:.]{2,45}$")]] | None = Field(None, max_length=4096)  # node index -> address
     restarts: list[_Restart] | None = None
     max_restarts: int | None = Field(None, ge=0, le=10_000)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return v and reference.as_validator(reference.Reference.parse)(v) and v
 
     @field_validator("ports")
     @classmethod
