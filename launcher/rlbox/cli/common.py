@@ -110,6 +110,15 @@ def checked_image(ctx, param, value):
     return value
 
 
+def checked_url(ctx, param, value):
+    """Click callback: a URL option (index, mirror, endpoint) by the one URL rule of rlbox.core.config."""
+    if value is None:
+        return value
+    from rlbox.core.config import check_url
+
+    return check_url(value, param.opts[-1])
+
+
 class _Finite(click.FloatRange):
     """A bounded number that is a number: ``nan`` passes every comparison, so it is refused here."""
 

@@ -317,6 +317,15 @@ def _url(value: str) -> str:
     return value
 
 
+def check_url(value: str, what: str) -> str:
+    """``value`` when it is a URL of the kinds rlbox takes (URL_SCHEMES, a host, one word, not an
+    option); else RlboxError ``WHAT: why`` (credentials in it never printed)."""
+    try:
+        return _url(value)
+    except ValueError as err:
+        raise RlboxError(f"{what}: {err}") from None
+
+
 Commit = Annotated[str, AfterValidator(_matching(HEX40, "a full git commit (40 lower-case hex digits)"))]
 Sha256 = Annotated[str, AfterValidator(_matching(HEX64, "a sha256 (64 lower-case hex digits)"))]
 Digest = Annotated[str, AfterValidator(_matching(re.compile(r"sha256:[0-9a-f]{64}"),
