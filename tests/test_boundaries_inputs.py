@@ -158,6 +158,23 @@ def test_reference_options_and_records_are_one_line(case, cli, tmp_path):
     refused(cli(*[a.replace("{runs}", str(runs)) for a in argv], env={"RLBOX_ROOT": str(REPO)}), *expect)
 
 
+URL_OPTIONS = [
+    (["build", "rlbox_sim:amd64", "--dry-run", "--pip-index", "-x"], "--pip-index: '-x'"),
+    (["build", "rlbox_sim:amd64", "--dry-run", "--apt-mirror", "http://a b/ubuntu"], "--apt-mirror:"),
+    (["build", "rlbox_sim:amd64", "--dry-run", "--git-mirror", "--upload-pack=x"], "--git-mirror:"),
+    (["build", "rlbox_sim:amd64", "--dry-run", "--hf-endpoint", "gopher://x"], "--hf-endpoint:"),
+    (["lock", "rlbox_sim", "--pip-index", "https://u:s3cret@h:99999/simple"], "--pip-index:"),
+    (["images", "outdated", "--pip-index", "file"], "--pip-index:"),
+    (["eval", "m", "--temperature", "nan"], "'--temperature'"),
+    (["eval", "m", "--temperature", "inf"], "'--temperature'"),
+]
+
+
+@pytest.mark.parametrize("argv,expect", URL_OPTIONS, ids=[" ".join(a[:4]) for a, _ in URL_OPTIONS])
+def test_url_and_number_options_are_one_line(argv, expect, cli):
+    assert "s3cret" not in refused(cli(*argv), expect)
+
+
 def test_reference_options_accept_real_references(cli):
     code, out, err = cli("build", f"{RELEASE}:a3-arm", "--base-image", "quay.io/ascend/cann:8.2.rc1-a3-ubuntu22.04-py3.11",
                          "--tag", f"localhost:5000/a/b:x", "--dry-run")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rlbox.cli.common import INT, RUNS_DIR, SECONDS, IntRange, checked_name, image_ref, matrix, note, print_rows
+from rlbox.cli.common import INT, NON_NEGATIVE, RUNS_DIR, SECONDS, IntRange, checked_name, image_ref, matrix, note, print_rows
 from rlbox.core.errors import RlboxError
 from rlbox.training import evaluate as ev
 from rlbox.training import serve as serve_mod
@@ -78,7 +78,7 @@ def serve_cmd(model, tp, dp, max_model_len, port, served_model_name, image, host
 @click.option("--max-seq-len", type=INT, help="AISBench max_seq_len (default 2048).")
 @click.option("--max-out-len", type=INT, help="AISBench max_out_len (default: the server's max-model-len - max_seq_len = 20480).")
 @click.option("--batch-size", type=INT, default=48, show_default=True, help="AISBench batch_size (concurrent requests).")
-@click.option("--temperature", type=float, default=0.5, show_default=True, help="generation_kwargs temperature (seed: 0.5, top_k 10, top_p 0.95, repetition_penalty 1.03).")
+@click.option("--temperature", type=NON_NEGATIVE, default=0.5, show_default=True, help="generation_kwargs temperature (seed: 0.5, top_k 10, top_p 0.95, repetition_penalty 1.03).")
 @click.option("--ais-bench", "ais_bench", envvar="RLBOX_AIS_BENCH", help="The ais_bench command (default: ais_bench on PATH; env RLBOX_AIS_BENCH).")
 @click.option("--ais-datasets", type=click.Path(path_type=Path, file_okay=False),
               help="AISBench's dataset folder (AIS_BENCH_DATASETS_CACHE: holds ais_bench/datasets/aime/aime.jsonl).")

@@ -120,16 +120,18 @@ def checked_url(ctx, param, value):
 
 
 class _Finite(click.FloatRange):
-    """A bounded number that is a number: ``nan`` passes every comparison, so it is refused here."""
+    """A bounded number that is a finite number: ``nan`` passes every comparison and ``inf`` an open
+    bound, so both are refused here."""
 
     def convert(self, value, param, ctx):
         rv = super().convert(value, param, ctx)
-        if rv != rv:
-            self.fail(f"{value!r} is not a number", param, ctx)
+        if rv != rv or rv in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
         return rv
 
 
 SECONDS = _Finite(0, 86400, min_open=True)  # timeouts: more than 0 s, at most a day
+NON_NEGATIVE = _Finite(0)  # a number: finite, not below 0 (a temperature)
 
 
 def _ascii_digits(kind, value, param, ctx) -> None:
