@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rlbox.cli.common import checked_image, checked_url, err, matrix, note
+from rlbox.cli.common import checked_image, checked_image_tag, checked_repository, checked_url, err, matrix, note
 from rlbox.core.errors import RlboxError
 from rlbox.image import build, lockfile, mirrors, render, resolve, sources, standins
 from rlbox.image.ci_workflow import PATH as WORKFLOW_PATH
@@ -76,7 +76,7 @@ def lock_cmd(refs, check, strict, pip_index, ca_bundle):
 @click.argument("ref", metavar="RELEASE:VARIANT")
 @click.option("--platform", help="Target platform; defaults to the variant's (linux/arm64 for A2/A3).")
 @click.option("--base-image", callback=checked_image, help="Use this base instead of the manifest's (e.g. the SWR copy of the CANN image).")
-@click.option("--tag", "tags", multiple=True, callback=checked_image, help="Tag(s) to give the image; default REGISTRY/NAME:VARIANT.")
+@click.option("--tag", "tags", multiple=True, callback=checked_image_tag, help="Tag(s) to give the image; default REGISTRY/NAME:VARIANT.")
 @click.option("--pip-index", callback=checked_url, help="PyPI mirror for every pip install (e.g. a local devpi or a CN mirror).")
 @click.option("--apt-mirror", callback=checked_url, help="Replace the distribution's apt mirror (e.g. http://mirrors.example.com/ubuntu).")
 @click.option("--git-mirror", callback=checked_url, help="Rewrite https://github.com/ to this prefix for git sources (e.g. https://gitcode.com/).")
@@ -85,7 +85,7 @@ def lock_cmd(refs, check, strict, pip_index, ca_bundle):
 @click.option("--network", type=click.Choice(["default", "host", "none"]), help="Network for RUN steps (host: reach services on the build host's loopback).")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 @click.option("--push", is_flag=True, help="Push to the registry instead of loading into the local engine.")
-@click.option("--push-by-digest", metavar="REPO", callback=checked_image, help="Push to REPO untagged (by digest; CI tags it afterwards with `docker buildx imagetools create`). Read the digest from --metadata-file.")
+@click.option("--push-by-digest", metavar="REPO", callback=checked_repository, help="Push to REPO untagged (by digest; CI tags it afterwards with `docker buildx imagetools create`). Read the digest from --metadata-file.")
 @click.option("--no-load", is_flag=True, help="Build only: keep the result in BuildKit's cache, neither load nor push it (--cache-to still exports).")
 @click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, passed to buildx (e.g. type=gha,scope=REF or type=registry,ref=...).")
 @click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, passed to buildx (e.g. type=gha,mode=max,scope=REF).")

@@ -94,9 +94,10 @@ def image_ref(ref: str | None, what: str) -> str:
     return image
 
 
-def checked_image(ctx, param, value):
+def checked_image(ctx, param, value, *, kind: str = "reference"):
     """Click callback: an image argument or option (or each of a repeated one) parsed as a reference
-    (rlbox.registry.reference, the distribution spec's grammar) before any engine call."""
+    (rlbox.registry.reference, the distribution spec's grammar) before any engine call. ``kind``
+    ``tag``: NAME[:TAG], no digest (what an image is tagged as); ``name``: a repository, no tag or digest."""
     if value is None:
         return value
     from rlbox.registry.reference import Reference
@@ -104,10 +105,20 @@ def checked_image(ctx, param, value):
     what = param.opts[-1] if isinstance(param, click.Option) and param.opts else param.human_readable_name
     for text in value if isinstance(value, tuple) else (value,):
         try:
-            Reference.parse(text)
+            ref = Reference.parse_name(text) if kind == "name" else Reference.parse(text)
         except RlboxError as err:
             raise RlboxError(f"{what}: {err}") from None
+        if kind == "tag" and ref.digest:
+            raise RlboxError(f"{what}: {text[:120]}: an image is tagged NAME[:TAG], without a digest")
     return value
+
+
+def checked_image_tag(ctx, param, value):
+    return checked_image(ctx, param, value, kind="tag")
+
+
+def checked_repository(ctx, param, value):
+    return checked_image(ctx, param, value, kind="name")
 
 
 def checked_url(ctx, param, value):
