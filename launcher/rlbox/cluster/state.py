@@ -207,7 +207,9 @@ class StateRecord(BaseModel):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str) -> str:
-        return v and reference.as_validator(reference.Reference.parse)(v) and v
+        if v:  # "": no image yet
+            reference.as_validator(reference.Reference.parse)(v)
+        return v
 
     @field_validator("ports")
     @classmethod
