@@ -149,6 +149,8 @@ REFERENCE_OPTIONS = [  # (argv, files under the runs dir, what the one line name
      ["state.json: image:"]),
     (["status", "--name", "bd-r", "--runs-dir", "{runs}"],
      {"bd-r/state.json": {**STATE, "image": f"x@sha256:{HEX64[:40]}"}}, ["state.json: image:", "sha256 takes 64"]),
+    (["run", "--dry-run", "--cluster", "{runs}/c.yaml", "--smoke-test"], {"c.yaml": {"image": "-x", "hosts": [{"host": "h1"}]}},
+     ["c.yaml: image:"]),
     (["eval", "m", "--name", "bd-r", "--runs-dir", "{runs}"],
      {"serve/bd-r.json": {"host": "localhost", "url": "http://localhost:1", "image": "a b"}}, ["image"]),
 ]
