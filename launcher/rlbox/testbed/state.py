@@ -9,7 +9,6 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlbox.core.errors import RlboxError
-from rlbox.registry import reference
 
 
 class HostState(BaseModel):
@@ -38,7 +37,7 @@ class TestbedState(BaseModel):
     bridge: str
     gateway: str
     hardware: str
-    image: reference.ImageRef | None = None
+    image: str | None = None
     phase: str  # starting | up
     cluster_file: str
     identity_file: str
