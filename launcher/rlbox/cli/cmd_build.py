@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rlbox.cli.common import err, matrix, note
+from rlbox.cli.common import checked_image, checked_image_tag, checked_repository, checked_url, err, matrix, note
 from rlbox.core.errors import RlboxError
 from rlbox.image import build, lockfile, mirrors, render, resolve, sources, standins
 from rlbox.image.ci_workflow import PATH as WORKFLOW_PATH
@@ -40,7 +40,7 @@ def render_cmd(check: bool):
 @click.option("--check", is_flag=True, help="Resolve nothing; exit 1 listing every variant whose lock is missing or stale.")
 @click.option("--strict", is_flag=True, help="Fail on anything not resolved for real: a base digest, an unreachable "
               "index, a stand-in (CI, where registries, GitHub and every index are reachable).")
-@click.option("--pip-index", help="Index to resolve from (default https://pypi.org/simple).")
+@click.option("--pip-index", callback=checked_url, help="Index to resolve from (default https://pypi.org/simple).")
 @click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), envvar="RLBOX_CA_BUNDLE",
               help="CA bundle (PEM) for pip behind a TLS-inspecting proxy [env RLBOX_CA_BUNDLE].")
 def lock_cmd(refs, check, strict, pip_index, ca_bundle):
@@ -75,17 +75,17 @@ def lock_cmd(refs, check, strict, pip_index, ca_bundle):
 @click.command("build")
 @click.argument("ref", metavar="RELEASE:VARIANT")
 @click.option("--platform", help="Target platform; defaults to the variant's (linux/arm64 for A2/A3).")
-@click.option("--base-image", help="Use this base instead of the manifest's (e.g. the SWR copy of the CANN image).")
-@click.option("--tag", "tags", multiple=True, help="Tag(s) to give the image; default REGISTRY/NAME:VARIANT.")
-@click.option("--pip-index", help="PyPI mirror for every pip install (e.g. a local devpi or a CN mirror).")
-@click.option("--apt-mirror", help="Replace the distribution's apt mirror (e.g. http://mirrors.example.com/ubuntu).")
-@click.option("--git-mirror", help="Rewrite https://github.com/ to this prefix for git sources (e.g. https://gitcode.com/).")
-@click.option("--hf-endpoint", help="Hugging Face endpoint baked into the image as HF_ENDPOINT.")
+@click.option("--base-image", callback=checked_image, help="Use this base instead of the manifest's (e.g. the SWR copy of the CANN image).")
+@click.option("--tag", "tags", multiple=True, callback=checked_image_tag, help="Tag(s) to give the image; default REGISTRY/NAME:VARIANT.")
+@click.option("--pip-index", callback=checked_url, help="PyPI mirror for every pip install (e.g. a local devpi or a CN mirror).")
+@click.option("--apt-mirror", callback=checked_url, help="Replace the distribution's apt mirror (e.g. http://mirrors.example.com/ubuntu).")
+@click.option("--git-mirror", callback=checked_url, help="Rewrite https://github.com/ to this prefix for git sources (e.g. https://gitcode.com/).")
+@click.option("--hf-endpoint", callback=checked_url, help="Hugging Face endpoint baked into the image as HF_ENDPOINT.")
 @click.option("--ca-bundle", type=click.Path(path_type=Path), help="Extra CA bundle (PEM) for pip/git/apt during the build; passed as a BuildKit secret, never stored in a layer.")
 @click.option("--network", type=click.Choice(["default", "host", "none"]), help="Network for RUN steps (host: reach services on the build host's loopback).")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 @click.option("--push", is_flag=True, help="Push to the registry instead of loading into the local engine.")
-@click.option("--push-by-digest", metavar="REPO", help="Push to REPO untagged (by digest; CI tags it afterwards with `docker buildx imagetools create`). Read the digest from --metadata-file.")
+@click.option("--push-by-digest", metavar="REPO", callback=checked_repository, help="Push to REPO untagged (by digest; CI tags it afterwards with `docker buildx imagetools create`). Read the digest from --metadata-file.")
 @click.option("--no-load", is_flag=True, help="Build only: keep the result in BuildKit's cache, neither load nor push it (--cache-to still exports).")
 @click.option("--cache-from", multiple=True, metavar="SPEC", help="BuildKit cache source, passed to buildx (e.g. type=gha,scope=REF or type=registry,ref=...).")
 @click.option("--cache-to", multiple=True, metavar="SPEC", help="BuildKit cache export, passed to buildx (e.g. type=gha,mode=max,scope=REF).")
@@ -129,7 +129,7 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
 @click.command("fetch-sources")
 @click.argument("ref", metavar="RELEASE:VARIANT")
 @click.option("--mirror", "mirror", metavar="PROFILE", help="Mirror profile to fetch through (cn, intl); see images/mirrors.yaml.")
-@click.option("--base-image", help="Base image to download the OS packages in (default: the locked base).")
+@click.option("--base-image", callback=checked_image, help="Base image to download the OS packages in (default: the locked base).")
 @click.option("--ca-bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False), envvar="RLBOX_CA_BUNDLE",
               help="CA bundle (PEM) for pip behind a TLS-inspecting proxy [env RLBOX_CA_BUNDLE].")
 @click.option("--wheels-only", is_flag=True, help="Only the lock's files (wheels and allowed sdists), sha256 checked: e.g. "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rlbox.cli.common import RUNS_DIR, image_ref, note, out, table_of
+from rlbox.cli.common import INT32, RUNS_DIR, IntRange, image_ref, note, out, table_of
 from rlbox.cluster import state as run_state
 from rlbox.core import engine
 from rlbox.training import datasets
@@ -61,7 +61,7 @@ def data_prepare(name, image, out_dir, endpoint, spec, overwrite, dry_run):
 
 @click.command("merge")
 @click.argument("run")
-@click.option("--step", type=int, required=True, help="The training step: global_step_N/actor of the run's checkpoints.")
+@click.option("--step", type=IntRange(0, INT32), required=True, help="The training step: global_step_N/actor of the run's checkpoints.")
 @click.option("--target", help="Folder for the Hugging Face model, on the node holding rank 0 "
               "(default: CHECKPOINTS/global_step_N/hf_merged).")
 @click.option("--image", help="Image with verl to merge in (default: the run's image).")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rlbox.cli.common import err, note, out
+from rlbox.cli.common import checked_image, err, note, out
 from rlbox.cluster import deliver, delivery
 from rlbox.cluster import spec as cluster_spec
 from rlbox.core import engine
@@ -15,7 +15,7 @@ from rlbox.core.errors import RlboxError
 
 
 @click.command("distribute")
-@click.argument("image")
+@click.argument("image", callback=checked_image)
 @click.option("--hosts", help="Comma-separated hosts: HOST, USER@HOST or USER@HOST:PORT.")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Cluster YAML (per-host ssh settings) or a hostfile.")

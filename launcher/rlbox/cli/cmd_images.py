@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from rlbox.cli.common import INSECURE, REGISTRY, matrix, matrix_if_any, out, checked_image, table_of
+from rlbox.cli.common import INSECURE, REGISTRY, matrix, matrix_if_any, out, checked_image, checked_url, table_of
 
 
 @click.group()
@@ -35,7 +35,7 @@ def images_list(as_json: bool):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable: one record per release and component.")
 @click.option("--fail-on", type=click.Choice(["major", "minor", "patch", "any"]),
               help="Exit 1 when a component is behind by at least this much (any: behind at all): for CI.")
-@click.option("--pip-index", help="JSON simple-API index to ask (default: the mirror profile's, else https://pypi.org/simple).")
+@click.option("--pip-index", callback=checked_url, help="JSON simple-API index to ask (default: the mirror profile's, else https://pypi.org/simple).")
 @click.option("--mirror", "mirror", metavar="PROFILE", help="Mirror profile from images/mirrors.yaml whose pip index to ask.")
 @click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False), envvar="RLBOX_CA_BUNDLE",
               help="CA bundle (PEM) for an index behind a TLS-inspecting proxy [env RLBOX_CA_BUNDLE].")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rlbox.cli.common import NAME, SECONDS, err
+from rlbox.cli.common import INT32, MAX_RESTARTS, NAME, SECONDS, IntRange, err
 from rlbox.cluster import jobs, k8s_apply, launch, recipes
 from rlbox.cluster.preflight import checks
 from rlbox.core import engine
@@ -20,7 +20,7 @@ SCHEDULER = click.option("--scheduler", type=click.Choice(["default", "volcano"]
                          help="Pod scheduler (backend kuberay; default: the profile's). volcano: gang scheduling "
                               "through KubeRay's Volcano integration.")
 QUEUE = click.option("--queue", help="Volcano queue (backend kuberay, with --scheduler volcano).")
-DEADLINE = click.option("--deadline", type=click.IntRange(1, 2**31 - 1), metavar="SECONDS", help="Seconds the whole job may take (backend kuberay: "
+DEADLINE = click.option("--deadline", type=IntRange(1, INT32), metavar="SECONDS", help="Seconds the whole job may take (backend kuberay: "
                         "activeDeadlineSeconds; default: none).")
 
 
@@ -60,7 +60,7 @@ def k8s_group():
 @PROFILE
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="Write the RayJob here (`kubectl apply -f FILE`); `-` for stdout.")
-@click.option("--nodes", type=click.IntRange(1, 4096), help="Pods (Ray nodes), the head included (default: the recipe's).")
+@click.option("--nodes", type=IntRange(1, 4096), help="Pods (Ray nodes), the head included (default: the recipe's).")
 @click.option("--image", help="RELEASE:VARIANT from the matrix or a full image reference.")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax"]), help="Hardware profile (default: the image's or the recipe's).")
 @click.option("--devices", metavar="N|IDS", help="NPUs per pod: a count or ids (default: the profile's npus_per_node, "
@@ -73,13 +73,13 @@ def k8s_group():
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
 @click.option("--smoke-test", is_flag=True, help="Job: check that every NPU of every pod is visible through Ray.")
-@click.option("--max-restarts", type=click.IntRange(min=0), metavar="N", help="backoffLimit (default: the recipe's, else 0).")
+@click.option("--max-restarts", type=IntRange(0, MAX_RESTARTS), metavar="N", help="backoffLimit (default: the recipe's, else 0).")
 @click.option("--timeout", type=SECONDS, default=300, show_default=True,
               help="Seconds for the cluster to come up (preRunningDeadlineSeconds).")
 @DEADLINE
 @SCHEDULER
 @QUEUE
-@click.option("--num-cpus", "cpus", type=click.IntRange(0, 4096), help="CPUs each pod offers to Ray.")
+@click.option("--num-cpus", "cpus", type=IntRange(0, 4096), help="CPUs each pod offers to Ray.")
 @click.option("--verl-version", help="Validate the job against this verl release (PyPI wheel) instead of the image's.")
 @click.option("--verl-config", type=click.Path(path_type=Path, exists=True, file_okay=False), help="... or this verl checkout.")
 @click.option("--no-validate", is_flag=True, help="Skip the Hydra validation of a verl job.")

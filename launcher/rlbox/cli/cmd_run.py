@@ -11,7 +11,7 @@ import click
 from rich.text import Text
 
 from rlbox.cli import cmd_k8s
-from rlbox.cli.common import NAME, RUNS_DIR, SECONDS, err, out, table_of
+from rlbox.cli.common import MAX_RESTARTS, NAME, RUNS_DIR, SECONDS, IntRange, err, out, table_of
 from rlbox.cluster import execute, launch
 from rlbox.cluster import sim as sim_hosts
 from rlbox.cluster.preflight import checks, doctor
@@ -32,7 +32,7 @@ from rlbox.training import triage
 @click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head): HOST, USER@HOST or USER@HOST:PORT.")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Cluster YAML (per-host ssh, nic, mounts) or a hostfile.")
-@click.option("--nodes", type=click.IntRange(1, 4096), help="Number of nodes; must agree with the hosts given (with --sim: how many to simulate, at most 253).")
+@click.option("--nodes", type=IntRange(1, 4096), help="Number of nodes; must agree with the hosts given (with --sim: how many to simulate, at most 253).")
 @click.option("--sim", is_flag=True, help="Rehearse on simulated nodes: containers on the local engine, devices mapped from /dev/null.")
 @click.option("--image", help="RELEASE:VARIANT from the matrix or a full image reference (default for --sim: rlbox_sim).")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]), help="Hardware profile (default: the image's; a3 for --sim).")
@@ -53,14 +53,14 @@ from rlbox.training import triage
               help="Seconds to wait for every NPU to join (kuberay: preRunningDeadlineSeconds).")
 @click.option("--detach", is_flag=True, help="Return once the job is submitted; follow with `rlbox logs -f`, end with `rlbox stop`.")
 @click.option("--keep", is_flag=True, help="Keep the cluster up after the job ends (remove it with `rlbox stop`).")
-@click.option("--max-restarts", type=click.IntRange(min=0), metavar="N",
+@click.option("--max-restarts", type=IntRange(0, MAX_RESTARTS), metavar="N",
               help="On a lost node or a retryable failure (triage), tear down, re-check every node, bring the cluster "
                    "up again and resubmit the job (verl: trainer.resume_mode=auto), up to N times "
                    "(default: the recipe's, else 0).")
 @click.option("--dry-run", is_flag=True, help="Print per node the exact docker run, the Ray command and the job; touch no host.")
 @click.option("--sim-driver", help="Driver version the simulated hosts report (default: the image's minimum).")
-@click.option("--num-cpus", "cpus", type=click.IntRange(0, 4096), help="CPUs each node offers to Ray (default: Ray detects).")
-@click.option("--nofile", type=click.IntRange(1024, 1 << 20), help="Open-files limit of node containers (default 65536, capped for the local engine).")
+@click.option("--num-cpus", "cpus", type=IntRange(0, 4096), help="CPUs each node offers to Ray (default: Ray detects).")
+@click.option("--nofile", type=IntRange(1024, 1 << 20), help="Open-files limit of node containers (default 65536, capped for the local engine).")
 @click.option("--verl-version", help="Validate the job's overrides against this verl release (PyPI wheel) instead of the image's verl.")
 @click.option("--verl-config", type=click.Path(path_type=Path, exists=True, file_okay=False),
               help="Validate against this verl source checkout instead of the image's verl.")
@@ -163,7 +163,7 @@ def _standin_of(image: str) -> str | None:
 @click.command("validate")
 @click.option("--hosts", help="Hosts of the cluster (only their number matters here).")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--nodes", type=click.IntRange(1, 4096), help="Nodes of the cluster the job is for.")
+@click.option("--nodes", type=IntRange(1, 4096), help="Nodes of the cluster the job is for.")
 @click.option("--devices", metavar="N|IDS", help="NPUs per node, a count or ids (default: the hardware profile's).")
 @click.option("--image", help="RELEASE:VARIANT or image whose verl to validate against (default: the recipe's release).")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))
@@ -173,7 +173,7 @@ def _standin_of(image: str) -> str | None:
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
 @click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Mounts the run will have (where checkpoints go).")
-@click.option("--max-restarts", type=click.IntRange(min=0), metavar="N", help="Restarts the run will allow (default: the recipe's).")
+@click.option("--max-restarts", type=IntRange(0, MAX_RESTARTS), metavar="N", help="Restarts the run will allow (default: the recipe's).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_version, verl_config, recipe, params, sets,
                  mounts, max_restarts, command):
@@ -199,7 +199,7 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
 @click.command("doctor")
 @click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head).")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--nodes", type=click.IntRange(1, 4096))
+@click.option("--nodes", type=IntRange(1, 4096))
 @click.option("--sim", is_flag=True, help="Check simulated hosts (their stand-in devices, npu-smi and driver).")
 @click.option("--image", help="RELEASE:VARIANT or image the run will use.")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rlbox.cli.common import RUNS_DIR, checked_name, image_ref, matrix, note, print_rows
+from rlbox.cli.common import INT, NON_NEGATIVE, RUNS_DIR, SECONDS, IntRange, checked_name, image_ref, matrix, note, print_rows
 from rlbox.core.errors import RlboxError
 from rlbox.training import evaluate as ev
 from rlbox.training import serve as serve_mod
@@ -16,14 +16,21 @@ SERVE_NAME = click.option("--name", default="serve", show_default=True, callback
                           help="Server name: its container is rlbox-serve-NAME, its record RUNS_DIR/serve/NAME.json.")
 
 
+def _served_name(ctx, param, value):
+    """One argument of vLLM's command line and the name clients ask for: never an option or two words."""
+    if value is not None and (not value.isprintable() or any(c.isspace() for c in value) or value.startswith("-")
+                              or not 0 < len(value) <= 256):
+        raise RlboxError(f"--served-model-name {value[:60]!r}: one word of printable text, not starting with '-'")
+    return value
+
 
 @click.command("serve")
 @click.argument("model", required=False)
-@click.option("--tp", type=int, default=8, show_default=True, help="--tensor-parallel-size (as the training's rollout TP).")
-@click.option("--dp", type=int, default=1, show_default=True, help="--data-parallel-size.")
-@click.option("--max-model-len", type=int, default=22528, show_default=True, help="--max-model-len (and --max-num-batched-tokens).")
-@click.option("--port", type=int, default=6380, show_default=True, help="--port of the OpenAI server.")
-@click.option("--served-model-name", default="auto", show_default=True, help="Model name the server answers to (seed 000: auto).")
+@click.option("--tp", type=INT, default=8, show_default=True, help="--tensor-parallel-size (as the training's rollout TP).")
+@click.option("--dp", type=INT, default=1, show_default=True, help="--data-parallel-size.")
+@click.option("--max-model-len", type=INT, default=22528, show_default=True, help="--max-model-len (and --max-num-batched-tokens).")
+@click.option("--port", type=IntRange(1, 65535), default=6380, show_default=True, help="--port of the OpenAI server.")
+@click.option("--served-model-name", default="auto", show_default=True, callback=_served_name, help="Model name the server answers to (seed 000: auto).")
 @click.option("--image", envvar="RLBOX_IMAGE", help="Image with vLLM + vllm-ascend: RELEASE:VARIANT or a reference (default for --sim: rlbox_sim).")
 @click.option("--hosts", help="The host to serve on (one; default: this machine).")
 @click.option("--sim", is_flag=True, help="A simulated node on the local engine running rlbox's stub OpenAI server instead of vLLM.")
@@ -31,7 +38,7 @@ SERVE_NAME = click.option("--name", default="serve", show_default=True, callback
 @click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Extra mount (MODEL itself is mounted read-only).")
 @click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Extra environment for the server.")
 @SERVE_NAME
-@click.option("--timeout", type=float, default=1800, show_default=True, help="Seconds to wait for /health and /v1/models.")
+@click.option("--timeout", type=SECONDS, default=1800, show_default=True, help="Seconds to wait for /health and /v1/models.")
 @click.option("--stop", is_flag=True, help="Stop the server of this --name instead (removes its container).")
 @RUNS_DIR
 @click.option("--dry-run", is_flag=True, help="Print the docker run and the server command; start nothing.")
@@ -65,13 +72,13 @@ def serve_cmd(model, tp, dp, max_model_len, port, served_model_name, image, host
 @click.command("eval")
 @click.argument("model", required=False)
 @click.option("--dataset", default="aime2024", show_default=True, help="aime2024, math500, or an AISBench dataset config (..._gen).")
-@click.option("--repeat", type=int, default=16, show_default=True, help="AISBench runs to average (seed 000: 16).")
+@click.option("--repeat", type=INT, default=16, show_default=True, help="AISBench runs to average (seed 000: 16).")
 @click.option("--endpoint", help="The server: http://HOST:PORT (default: the one `rlbox serve --name NAME` started).")
 @click.option("--name", default="serve", show_default=True, callback=checked_name, help="Without --endpoint: the server `rlbox serve --name NAME` started.")
-@click.option("--max-seq-len", type=int, help="AISBench max_seq_len (default 2048).")
-@click.option("--max-out-len", type=int, help="AISBench max_out_len (default: the server's max-model-len - max_seq_len = 20480).")
-@click.option("--batch-size", type=int, default=48, show_default=True, help="AISBench batch_size (concurrent requests).")
-@click.option("--temperature", type=float, default=0.5, show_default=True, help="generation_kwargs temperature (seed: 0.5, top_k 10, top_p 0.95, repetition_penalty 1.03).")
+@click.option("--max-seq-len", type=INT, help="AISBench max_seq_len (default 2048).")
+@click.option("--max-out-len", type=INT, help="AISBench max_out_len (default: the server's max-model-len - max_seq_len = 20480).")
+@click.option("--batch-size", type=INT, default=48, show_default=True, help="AISBench batch_size (concurrent requests).")
+@click.option("--temperature", type=NON_NEGATIVE, default=0.5, show_default=True, help="generation_kwargs temperature (seed: 0.5, top_k 10, top_p 0.95, repetition_penalty 1.03).")
 @click.option("--ais-bench", "ais_bench", envvar="RLBOX_AIS_BENCH", help="The ais_bench command (default: ais_bench on PATH; env RLBOX_AIS_BENCH).")
 @click.option("--ais-datasets", type=click.Path(path_type=Path, file_okay=False),
               help="AISBench's dataset folder (AIS_BENCH_DATASETS_CACHE: holds ais_bench/datasets/aime/aime.jsonl).")

@@ -8,7 +8,7 @@ import resource
 
 import click
 
-from rlbox.cli.common import err, out
+from rlbox.cli.common import IntRange, err, out
 from rlbox.core.errors import RlboxError
 from rlbox.testbed import execute as tb
 from rlbox.testbed import plan as tbplan
@@ -16,6 +16,7 @@ from rlbox.testbed import plan as tbplan
 ROOT = click.option("--root", default=tbplan.DEFAULT_ROOT, show_default=True,
                     help="Folder holding every testbed's state, engines' data and keys.")
 NAME = click.option("--name", default=tbplan.DEFAULT_NAME, show_default=True,
+                    callback=lambda ctx, param, value: tbplan.check_name(value),
                     help="The testbed's name (a letter then up to 4 letters/digits): rlbox-NAME-hI namespaces, bridge rlbox-NAME.")
 
 
@@ -45,7 +46,7 @@ def testbed_group():
 
 
 @testbed_group.command("up")
-@click.option("--hosts", type=click.IntRange(1, tbplan.MAX_HOSTS), required=True, help="How many hosts.")
+@click.option("--hosts", type=IntRange(1, tbplan.MAX_HOSTS), required=True, help="How many hosts.")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax"]), required=True, help="The hosts' NPU stand-ins (a3: 16 per host).")
 @NAME
 @click.option("--subnet", default=tbplan.DEFAULT_SUBNET, show_default=True, help="The hosts' network (host I is .I, the bridge .254).")

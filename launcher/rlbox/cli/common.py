@@ -94,30 +94,82 @@ def image_ref(ref: str | None, what: str) -> str:
     return image
 
 
-def checked_image(ctx, param, value):
-    """Click callback: an image argument parsed as a reference before any engine call."""
+def checked_image(ctx, param, value, *, kind: str = "reference"):
+    """Click callback: an image argument or option (or each of a repeated one) parsed as a reference
+    (rlbox.registry.reference, the distribution spec's grammar) before any engine call. ``kind``
+    ``tag``: NAME[:TAG], no digest (what an image is tagged as); ``name``: a repository, no tag or digest."""
     if value is None:
         return value
     from rlbox.registry.reference import Reference
 
-    try:
-        Reference.parse(value)
-    except RlboxError as err:
-        raise RlboxError(f"{param.human_readable_name}: {err}") from None
+    what = param.opts[-1] if isinstance(param, click.Option) and param.opts else param.human_readable_name
+    for text in value if isinstance(value, tuple) else (value,):
+        try:
+            ref = Reference.parse_name(text) if kind == "name" else Reference.parse(text)
+        except RlboxError as err:
+            raise RlboxError(f"{what}: {err}") from None
+        if kind == "tag" and ref.digest:
+            raise RlboxError(f"{what}: {text[:120]}: an image is tagged NAME[:TAG], without a digest")
     return value
 
 
+def checked_image_tag(ctx, param, value):
+    return checked_image(ctx, param, value, kind="tag")
+
+
+def checked_repository(ctx, param, value):
+    return checked_image(ctx, param, value, kind="name")
+
+
+def checked_url(ctx, param, value):
+    """Click callback: a URL option (index, mirror, endpoint) by the one URL rule of rlbox.core.config."""
+    if value is None:
+        return value
+    from rlbox.core.config import check_url
+
+    return check_url(value, param.opts[-1])
+
+
 class _Finite(click.FloatRange):
-    """A bounded number that is a number: ``nan`` passes every comparison, so it is refused here."""
+    """A bounded number that is a finite number: ``nan`` passes every comparison and ``inf`` an open
+    bound, so both are refused here."""
 
     def convert(self, value, param, ctx):
         rv = super().convert(value, param, ctx)
-        if rv != rv:
-            self.fail(f"{value!r} is not a number", param, ctx)
+        if rv != rv or rv in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
         return rv
 
 
 SECONDS = _Finite(0, 86400, min_open=True)  # timeouts: more than 0 s, at most a day
+NON_NEGATIVE = _Finite(0)  # a number: finite, not below 0 (a temperature)
+
+
+def _ascii_digits(kind, value, param, ctx) -> None:
+    """Python's int() reads any Unicode digit (``４``, ``٣``): an option's number is ASCII digits."""
+    if isinstance(value, str) and not (value.strip().lstrip("+-").isascii() and value.strip().lstrip("+-").isdigit()):
+        kind.fail(f"{value!r} is not a whole number (ASCII digits 0-9)", param, ctx)
+
+
+class Integer(click.types.IntParamType):
+    """Every integer option's type (``type=INT``): ASCII digits only."""
+
+    def convert(self, value, param, ctx):
+        _ascii_digits(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class IntRange(click.IntRange):
+    """Every bounded integer option's type: click's IntRange, ASCII digits only."""
+
+    def convert(self, value, param, ctx):
+        _ascii_digits(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+INT = Integer()
+INT32 = 2**31 - 1  # what a Kubernetes int32 field (activeDeadlineSeconds) holds
+MAX_RESTARTS = 10_000  # --max-restarts: what a run's record holds (and within a RayJob's int32 backoffLimit)
 
 
 def table_of(*headers: str):

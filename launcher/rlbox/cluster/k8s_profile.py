@@ -40,15 +40,45 @@ from rlbox.core.errors import RlboxError, did_you_mean
 KNOWN_RESOURCES = ("huawei.com/Ascend910", "huawei.com/Ascend910B", "huawei.com/Ascend910B3",
                    "huawei.com/Ascend910B4", "huawei.com/ascend-1980")
 _RESOURCE = re.compile(r"huawei\.com/(Ascend910(?:[BC]\d?)?|ascend-1980)")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _QUANTITY = re.compile(r"\d+(\.\d+)?(m|Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?")
 
+# Kubernetes' own validation rules (k8s.io/apimachinery/pkg/util/validation), the one copy rlbox
+# checks profiles, options and the RayJob it writes against.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # IsDNS1123Label
+DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_NAME = re.compile(r"(?=.{1,63}$)([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")  # IsQualifiedName's name part
+LABEL_VALUE = re.compile(r"(?=.{0,63}$)(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")  # IsValidLabelValue
 
-def _dns(value: str | None, pattern: re.Pattern = _DNS_LABEL) -> str | None:
+
+def _dns(value: str | None, pattern: re.Pattern = DNS_LABEL) -> str | None:
     if value is not None and not pattern.fullmatch(value):
         raise ValueError(f"{value!r} is not a Kubernetes name (lower-case letters, digits and '-')")
     return value
+
+
+def label_key_problem(key: object) -> str | None:
+    """Why ``key`` is not a qualified name (a label or taint key: ``[PREFIX/]NAME``, PREFIX a DNS
+    subdomain of at most 253, NAME at most 63 of letters, digits, ``-_.`` between alphanumerics)."""
+    text = str(key)
+    prefix, slash, name = text.rpartition("/")
+    if slash and not DNS_SUBDOMAIN.fullmatch(prefix):
+        return f"{text[:80]!r}: prefix {prefix[:60]!r} is not a DNS subdomain (lower-case, digits, '-', '.'; at most 253)"
+    if not LABEL_NAME.fullmatch(name):
+        return (f"{text[:80]!r} is not a label key ([PREFIX/]NAME; NAME at most 63 letters, digits, '-', '_', '.', "
+                "starting and ending with a letter or digit)")
+    return None
+
+
+def label_value_problem(value: object) -> str | None:
+    if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
+        return (f"{str(value)[:80]!r} is not a label value (at most 63 letters, digits, '-', '_', '.', starting and "
+                "ending with a letter or digit; or empty)")
+    return None
+
+
+def _raise(problem: str | None) -> None:
+    if problem:
+        raise ValueError(problem)
 
 
 class Volume(Strict):
@@ -69,7 +99,7 @@ class Volume(Strict):
     @field_validator("pvc")
     @classmethod
     def _claim(cls, v: str | None) -> str | None:
-        return _dns(v, _DNS_SUBDOMAIN) if v and "." in v else _dns(v)
+        return _dns(v, DNS_SUBDOMAIN) if v and "." in v else _dns(v)
 
     @field_validator("path", "host_path")
     @classmethod
@@ -90,6 +120,28 @@ class Toleration(Strict):
     operator: Literal["Exists", "Equal"] = "Equal"
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str | None) -> str | None:
+        if v:  # empty: every key (with operator Exists)
+            _raise(label_key_problem(v))
+        return v
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str | None) -> str | None:
+        if v is not None:
+            _raise(label_value_problem(v))
+        return v
+
+    @model_validator(mode="after")
+    def _operator(self) -> "Toleration":
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value: operator Exists takes no value")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("key: an empty key (every taint) needs operator Exists")
+        return self
 
 
 class K8sProfile(Strict):
@@ -116,10 +168,17 @@ class K8sProfile(Strict):
                              f"known: {', '.join(KNOWN_RESOURCES)} (HAMi: huawei.com/Ascend910B<N>)")
         return v
 
+    @field_validator("node_selector")
+    @classmethod
+    def _selector(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            _raise(label_key_problem(key) or label_value_problem(value))
+        return v
+
     @field_validator("namespace", "service_account", "image_pull_secret")
     @classmethod
     def _k8s_names(cls, v: str | None) -> str | None:
-        return _dns(v, _DNS_SUBDOMAIN)
+        return _dns(v, DNS_SUBDOMAIN)
 
     @field_validator("queue")
     @classmethod

@@ -15,17 +15,17 @@ here), and no privilege.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from rlbox.cluster import jobs, sharing
+from rlbox.cluster import jobs, k8s_profile, sharing
 from rlbox.cluster.k8s_profile import K8sProfile
 from rlbox.cluster.plan import (BASE_ENV, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, LABEL_MANAGED, LABEL_ROLE, LABEL_RUN,
                                 LABEL_RUN_ID, NPU_SMI, JobPlan)
 from rlbox.cluster.spec import Mount
+from rlbox.core.config import env_name_problem
 from rlbox.core.errors import RlboxError
 
 API_VERSION = "ray.io/v1"
@@ -54,10 +54,6 @@ _Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
 # not say: name formats, int32 ranges, env names, unique mount paths. Checked on every manifest
 # before it is printed or written, so an export Kubernetes would refuse never exits 0.
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")  # Kubernetes' rule (validation.IsEnvVarName)
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?")
 _INT32_FIELDS = ("backoffLimit", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "preRunningDeadlineSeconds",
                  "replicas", "minReplicas", "maxReplicas")
 
@@ -66,14 +62,15 @@ def refusal(manifest: dict[str, Any]) -> str | None:
     """The first thing in ``manifest`` the Kubernetes API server would refuse, as
     ``field.path: what``; None when there is none."""
     meta = manifest.get("metadata") or {}
-    if not _DNS_SUBDOMAIN.fullmatch(str(meta.get("name", ""))) or len(str(meta.get("name", ""))) > 63:
+    if not k8s_profile.DNS_SUBDOMAIN.fullmatch(str(meta.get("name", ""))) or len(str(meta.get("name", ""))) > 63:
         return f"metadata.name {meta.get('name')!r}: not a DNS-1123 name (lower-case, digits, '-', at most 63, " \
                "starting and ending with a letter or digit)"
-    if meta.get("namespace") is not None and not _DNS_LABEL.fullmatch(str(meta["namespace"])):
+    if meta.get("namespace") is not None and not k8s_profile.DNS_LABEL.fullmatch(str(meta["namespace"])):
         return f"metadata.namespace {meta['namespace']!r}: not a DNS-1123 label"
     for key, value in (meta.get("labels") or {}).items():
-        if not _LABEL_VALUE.fullmatch(str(value)) or len(str(value)) > 63:
-            return f"metadata.labels.{key} {str(value)[:70]!r}: not a label value (at most 63, letters, digits, -_.)"
+        problem = k8s_profile.label_key_problem(key) or k8s_profile.label_value_problem(value)
+        if problem:
+            return f"metadata.labels.{str(key)[:70]}: {problem}"
     stack: list[tuple[str, Any]] = [("spec", manifest.get("spec"))]
     while stack:
         path, value = stack.pop()
@@ -92,17 +89,26 @@ def refusal(manifest: dict[str, Any]) -> str | None:
 
 
 def _pod_refusal(path: str, pod: dict[str, Any]) -> str | None:
+    for key, value in (pod.get("nodeSelector") or {}).items():
+        problem = k8s_profile.label_key_problem(key) or k8s_profile.label_value_problem(value)
+        if problem:
+            return f"{path}.nodeSelector: {problem}"
+    for t in pod.get("tolerations") or []:
+        problem = (t.get("key") and k8s_profile.label_key_problem(t["key"])) or (
+            t.get("value") is not None and k8s_profile.label_value_problem(t["value"]))
+        if problem:
+            return f"{path}.tolerations: {problem}"
     names = [v.get("name", "") for v in pod.get("volumes") or []]
     for name in names:
-        if not _DNS_LABEL.fullmatch(name):
+        if not k8s_profile.DNS_LABEL.fullmatch(name):
             return f"{path}.volumes: name {name!r}: not a DNS-1123 label (lower-case, digits, '-', at most 63; no dots)"
     if len(set(names)) != len(names):
         return f"{path}.volumes: name {next(n for n in names if names.count(n) > 1)!r} twice"
     for c in pod.get("containers") or []:
         for e in c.get("env") or []:
-            if not _ENV_NAME.fullmatch(str(e.get("name", ""))):
-                return f"{path}.containers.{c.get('name')}.env: {str(e.get('name'))[:60]!r} is not an environment " \
-                       "variable name (letters, digits, '_', '-', '.'; not starting with a digit)"
+            problem = env_name_problem(e.get("name", ""))
+            if problem:
+                return f"{path}.containers.{c.get('name')}.env: {problem}"
         seen: set[str] = set()
         for m in c.get("volumeMounts") or []:
             mount = str(m.get("mountPath", "")).rstrip("/") or "/"

@@ -22,7 +22,7 @@ from rlbox.cluster import recipes
 from rlbox.cluster import sharing
 from rlbox.cluster import sim
 from rlbox.core import names
-from rlbox.core.config import parse_pairs
+from rlbox.core.config import parse_env, parse_pairs
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import find_root
 from rlbox.registry.reference import Reference
@@ -133,7 +133,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     npus = min(len(v) if isinstance(v, tuple) else v for v in devices.values())
     driver_min = _driver_for(m, image)
     sim_driver = req.sim_driver or driver_min or SIM_DRIVER
-    env = tuple(parse_pairs(req.env, "--env").items())
+    env = tuple(parse_env(req.env).items())
     job, restarts = _job_and_restarts(req, recipe, spec.nodes, npus, run_id)
     plan = plan_run(spec, run=req.name, run_id=run_id, image=image, profile=profile, devices=devices,
                     sim_files=sim_files, network=network, privileged=req.privileged, job=job,
@@ -304,6 +304,9 @@ def prepare_kuberay(req: RunRequest, profile_file: Path | None, *, scheduler: st
         raise RlboxError("--backend kuberay needs --nodes N (or a recipe, which names its nodes)")
     if req.nic and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,14}", req.nic):
         raise RlboxError(f"--nic {req.nic!r}: not an interface name")
+    extra_env = parse_env(req.env)  # what the API server would refuse, named by the option that asked for it
+    if queue is not None:
+        names.check(queue, "--queue", "dns")  # a Volcano Queue's name and a label value
     mounts = tuple(cluster.Mount.parse(m) for m in req.mounts)
     m = matrix.load(find_root())
     image, from_matrix, hardware, hw = _image_and_hardware(req, m, recipe, None, "auto")
@@ -319,7 +322,7 @@ def prepare_kuberay(req: RunRequest, profile_file: Path | None, *, scheduler: st
     job, restarts = _job_and_restarts(req, recipe, nodes, len(ids), run_id)
     plan = kuberay.plan_rayjob(run=req.name, run_id=run_id, image=image, hardware=hardware, nodes=nodes, npus=len(ids),
                                slot=min(ids), job=job, profile=profile, profile_source=str(profile_file), mounts=mounts,
-                               extra_env=tuple(parse_pairs(req.env, "--env").items()), nic=req.nic, cpus=req.cpus,
+                               extra_env=tuple(extra_env.items()), nic=req.nic, cpus=req.cpus,
                                max_restarts=restarts, timeout=math.ceil(timeout) if timeout else None, deadline=deadline, scheduler=scheduler,
                                queue=queue)
     if not isinstance(asked, int) and asked:

@@ -101,11 +101,14 @@ class Recipe(BaseModel):
             )
         filled = {k: values.get(k, p.default) for k, p in self.params.items()}
 
-        def fill(text: str, as_value=lambda v: v) -> str:
-            return _PLACEHOLDER.sub(lambda m: as_value(filled[m.group(1)]), text)
+        def fill(text: str, as_value=lambda v, name: v) -> str:
+            return _PLACEHOLDER.sub(lambda m: as_value(filled[m.group(1)], m.group(1)), text)
+
+        def hydra(value: str, name: str) -> str:  # a param whose default is text stays text (a path, a name)
+            return quote.hydra_value(value, string=not quote.HYDRA_NOT_STRING.fullmatch(self.params[name].default))
 
         try:  # a value in an override is one Hydra string, whatever it holds
-            overrides = [fill(o, quote.hydra_value) for o in self.overrides]
+            overrides = [fill(o, hydra) for o in self.overrides]
         except ValueError as err:
             raise RlboxError(f"--param: {err}") from None
         keys = {_key(e) for e in extra}

@@ -31,6 +31,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from rlbox.core.config import control_char, load_yaml, read_text, validate
 from rlbox.core.errors import RlboxError
+from rlbox.registry import reference
 
 HARDWARE_CHOICES = ("a2", "a3", "ax", "auto")
 LOCAL_NAMES = {"local", "localhost", "127.0.0.1", "::1"}
@@ -183,7 +184,7 @@ class _HostEntry(BaseModel):
 
 class _ClusterFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    image: str | None = None
+    image: reference.ImageRef | None = None
     hardware: str = "auto"
     ssh: _Ssh = _Ssh()
     mounts: list[str] = Field(default_factory=list)

@@ -13,10 +13,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlbox.cluster.sim import network_for
 from rlbox.cluster.spec import Host, HostName, SshUser
 from rlbox.core import names
 from rlbox.core.config import Int32, load_file
 from rlbox.core.errors import RlboxError
+from rlbox.registry import reference
 
 STATE_FILE = "state.json"
 
@@ -186,7 +188,7 @@ class StateRecord(BaseModel):
     model_config = ConfigDict(extra="allow")
     run: names.RunName
     run_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]{0,64}$")
-    image: str = Field("", max_length=512)
+    image: str = ""  # an image reference (or none yet)
     ports: dict[str, int | list[int]] = Field(default_factory=dict)
     network: _Network | None = None
     nodes: list[_Node] = Field(default_factory=list, max_length=4096)
@@ -201,6 +203,13 @@ class StateRecord(BaseModel):
     addresses: dict[Annotated[str, Field(pattern=r"^[0-9]{1,4}$")], Annotated[str, Field(pattern=r"^[0-9A-Fa-f:.]{2,45}$")]] | None = Field(None, max_length=4096)  # node index -> address
     restarts: list[_Restart] | None = None
     max_restarts: int | None = Field(None, ge=0, le=10_000)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if v:  # "": no image yet
+            reference.as_validator(reference.Reference.parse)(v)
+        return v
 
     @field_validator("ports")
     @classmethod
@@ -247,6 +256,9 @@ def load(runs_dir: Path, name: str, *, folder_is_enough: bool = False) -> RunSta
     record = load_file(path, StateRecord, str(path), fmt="json")
     if record.run != name:
         raise RlboxError(f"{path}: run: {record.run!r} is not this run's name ({name!r})")
+    own = network_for(name).name
+    if record.network is not None and record.network.name != own:  # stop removes it: only ever the run's own
+        raise RlboxError(f"{path}: network.name: {record.network.name[:80]!r} is not this run's network ({own!r})")
     data = record.model_dump(exclude_unset=True)
     if record.log:
         data["log"] = str(checked_log(path.parent, record.log, str(path)))
@@ -267,6 +279,7 @@ def job_log(runs_dir: Path, run: str, job: str | None = None) -> Path:
     folder = run_dir(runs_dir, run)
     logs = job_logs(folder)
     if job:
+        names.check(job, "--job", "file")  # a run id or submission id: a file name, never a path
         for candidate in (job, job.removeprefix(f"rlbox-{run}-")):
             if (folder / f"{candidate}.log").is_file():
                 return folder / f"{candidate}.log"

@@ -30,22 +30,24 @@ def control_char(text: str) -> str | None:
     return found.group() if found else None
 
 
-def one_line(value: Any) -> Any:
+def one_line(value: Any, at: str = "") -> Any:
     """``value`` (a string, or lists and mappings of them) when no string in it holds a control
-    character; else ValueError naming it. Manifest strings reach rendered files (Dockerfiles,
-    labels, shell lines): a newline there would be a new instruction."""
+    character; else ValueError naming it and where below the field it is (``a2-arm.git.vllm.version``).
+    Manifest and lock strings reach rendered files (Dockerfiles, labels, shell lines): a newline
+    there would be a new instruction."""
     if isinstance(value, str):
         bad = control_char(value)
         if bad is not None:
-            raise ValueError(f"control character U+{ord(bad):04X} in {value[:60]!r}; "
-                             "a manifest value is one line of printable text")
+            where = f" at {at[1:]}" if at else ""
+            raise ValueError(f"control character U+{ord(bad):04X}{where} in {value[:60]!r}; "
+                             "a value here is one line of printable text")
     elif isinstance(value, dict):
         for k, v in value.items():
-            one_line(k)
-            one_line(v)
+            one_line(k, at)
+            one_line(v, f"{at}.{str(k)[:60]}")
     elif isinstance(value, (list, tuple)):
-        for v in value:
-            one_line(v)
+        for i, v in enumerate(value):
+            one_line(v, f"{at}.{i}")
     return value
 
 
@@ -315,6 +317,15 @@ def _url(value: str) -> str:
     return value
 
 
+def check_url(value: str, what: str) -> str:
+    """``value`` when it is a URL of the kinds rlbox takes (URL_SCHEMES, a host, one word, not an
+    option); else RlboxError ``WHAT: why`` (credentials in it never printed)."""
+    try:
+        return _url(value)
+    except ValueError as err:
+        raise RlboxError(f"{what}: {err}") from None
+
+
 Commit = Annotated[str, AfterValidator(_matching(HEX40, "a full git commit (40 lower-case hex digits)"))]
 Sha256 = Annotated[str, AfterValidator(_matching(HEX64, "a sha256 (64 lower-case hex digits)"))]
 Digest = Annotated[str, AfterValidator(_matching(re.compile(r"sha256:[0-9a-f]{64}"),
@@ -389,12 +400,36 @@ def validate(model: type[BaseModel], data: Any, where: str):
 
 def validate_named(model: type[BaseModel], entries: dict[str, Any], where: str, key: str) -> dict[str, Any]:
     """Each ``NAME: {...}`` under ``key`` of a file as ``model``; a problem names ``key.NAME.field``."""
+    if not isinstance(entries, dict):
+        raise RlboxError(f"{where}: {key}: Input should be a valid dictionary (NAME: ...), got {type(entries).__name__}")
     out = {}
     for name, body in entries.items():
         try:
             out[name] = model.model_validate(body or {})
         except ValidationError as err:
             raise RlboxError(error_line(err, where, model).replace(": ", f": {key}.{name}.", 1)) from None
+    return out
+
+
+# An environment variable's name as Kubernetes' API server takes it (validation.IsEnvVarName); Docker
+# takes these too. Every --env key is held to it, whichever backend the run goes to.
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+
+
+def env_name_problem(key: object) -> str | None:
+    if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
+        return (f"{str(key)[:60]!r} is not an environment variable name (letters, digits, '_', '-', '.'; "
+                "not starting with a digit)")
+    return None
+
+
+def parse_env(items: list[str] | tuple[str, ...], flag: str = "--env") -> dict[str, str]:
+    """``--env KEY=VALUE`` items: KEY=VALUE pairs whose keys are environment variable names."""
+    out = parse_pairs(list(items), flag)
+    for key in out:
+        problem = env_name_problem(key)
+        if problem:
+            raise RlboxError(f"{flag}: {problem}")
     return out
 
 

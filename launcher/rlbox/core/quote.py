@@ -110,13 +110,22 @@ def make_value(value: object, what: str = "value") -> str:
 # whitespace and `\` are special too. A quoted value ('...') is one string: inside it only `'` and
 # the backslashes before it are escaped. `${...}` interpolations are kept (users use them).
 _HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_/.+\-@%^]*(?:\$\{[^{}]*\}[A-Za-z0-9_/.+\-@%^]*)*")
+# The lexer's INT, FLOAT, BOOL and NULL tokens: a plain value spelling one is not read as a string.
+_DIGITS = r"[0-9](?:_?[0-9])*"
+_POINT_FLOAT = rf"(?:{_DIGITS})?\.{_DIGITS}|{_DIGITS}\."
+HYDRA_NOT_STRING = re.compile(
+    rf"[+-]?(?:0|[1-9](?:_?[0-9])*)"  # INT
+    rf"|[+-]?(?:{_POINT_FLOAT}|(?:{_DIGITS}|{_POINT_FLOAT})[eE][+-]?{_DIGITS}|[Ii][Nn][Ff]|[Nn][Aa][Nn])"  # FLOAT
+    r"|[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]|[Nn][Uu][Ll][Ll]")  # BOOL, NULL
 
 
-def hydra_value(value: object) -> str:
-    """A Hydra override value that Hydra parses as exactly this one string (or the number/bool it
-    spells): plain when that is safe, else single-quoted with ``\\'`` escaped."""
+def hydra_value(value: object, string: bool = False) -> str:
+    """A Hydra override value that Hydra parses as exactly this one string (or, unless ``string``,
+    the number/bool/null it spells): plain when that is safe, else single-quoted with ``\\'`` escaped.
+    ``string``: a value that must stay a string (a path, a name) is quoted when it spells a number,
+    a bool or null (``null``, ``1e3``, ``True`` would not reach verl as text)."""
     text = _one_line(str(value), "a Hydra override")
-    if text and _HYDRA_PLAIN.fullmatch(text):
+    if text and _HYDRA_PLAIN.fullmatch(text) and not (string and HYDRA_NOT_STRING.fullmatch(text)):
         return text
     # escape backslashes that precede a quote or the end, then the quotes themselves
     out = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text)

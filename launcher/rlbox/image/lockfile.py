@@ -36,6 +36,7 @@ from rlbox.core import names
 from rlbox.core.config import Commit, Digest, Sha256, Strict, Text, Url, load_file
 from rlbox.core.errors import RlboxError
 from rlbox.core.quote import requirement_part
+from rlbox.registry import reference
 
 
 SCHEMA = "rlbox.lock/v2"
@@ -134,8 +135,8 @@ class PipLock(_Rec):
 
 
 class BaseLock(_Rec):
-    image: Text
-    digest: Digest | None = None
+    image: reference.ImageRef
+    digest: reference.ImageDigest | None = None
     note: Text | None = None
 
 

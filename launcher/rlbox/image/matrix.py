@@ -28,6 +28,7 @@ from rlbox.image import lockfile
 from rlbox.core import config
 from rlbox.core.config import error_line, merge, read_yaml, validate, validate_named
 from rlbox.core.errors import RlboxError, did_you_mean
+from rlbox.registry.reference import Reference
 from rlbox.image.schema import PLATFORM_ARCH, Component, Hardware, Release, Variant
 
 # ---------------------------------------------------------------------------------------------
@@ -343,6 +344,9 @@ def load(root: Path) -> Matrix:
         parent = data.get("extends")
         if parent is None:
             return merge(defaults, data)
+        if not isinstance(parent, str):
+            raise RlboxError(f"{config.rel(path, root)}: extends: Input should be a valid string (a release), "
+                             f"got {type(parent).__name__}")
         if parent not in raw:
             raise RlboxError(
                 f"{config.rel(path, root)}: extends: no release '{parent}'{did_you_mean(parent, raw)}"
@@ -384,6 +388,7 @@ def load(root: Path) -> Matrix:
             if variant.components:
                 vcomps = _variant_components(root, rel, release, vname, variant)
             resolved = ResolvedVariant(release, vname, variant, variant.hardware, hw, platform, path, root, vcomps)
+            _references(resolved, where)
             inputs = lockfile.inputs_digest(release, vname, {c.name: c.spec for c in vcomps}, resolved.base_image, platform)
             vlock = lockfile.variant_lock(lock_data, lock_rel, vname, inputs)
             variants.append(dataclasses.replace(
@@ -394,6 +399,16 @@ def load(root: Path) -> Matrix:
             raise RlboxError(f"{v.manifest_rel}: variants.{v.name}: image {v.image} is also built by {tags[v.image]}")
         tags[v.image] = v.ref
     return Matrix(root, hardware, releases, tuple(variants))
+
+
+def _references(v: ResolvedVariant, where: str) -> None:
+    """The image a variant builds and the base it builds on, as the references the manifest makes
+    of its fields (image.registry/name, tag, base.image, base.tag), by the one grammar."""
+    for field, make in (("image", lambda: v.image), ("base", lambda: v.base_image)):
+        try:
+            Reference.parse(make())
+        except (RlboxError, KeyError, IndexError, ValueError) as err:
+            raise RlboxError(f"{where}: {field}: {err}") from None
 
 
 def _locked(comp: ResolvedComponent, vlock: lockfile.VariantLock) -> ResolvedComponent:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.core.config import Strict, read_yaml, rel, validate_named
+from rlbox.registry import reference
 
 SOURCES_DIR = ".rlbox-sources"  # inside the build context: the offline build mounts it
 
@@ -23,6 +24,13 @@ class Profile(Strict):
     git_mirror: str | None = Field(None, description="prefix that replaces https://github.com/")
     hf_endpoint: str | None = None
     registries: dict[str, str] = Field(default_factory=dict, description="image reference prefix -> replacement")
+
+    @field_validator("registries")
+    @classmethod
+    def _prefixes(cls, v: dict[str, str]) -> dict[str, str]:
+        for text in (*v, *v.values()):  # each a repository name, or one ending in / (a namespace)
+            reference.as_validator(reference.Reference.parse_name)(text.removesuffix("/"))
+        return v
     offline: bool = Field(False, description="build with no network, from the source cache only")
 
     def apt_for(self, os_name: str, arch: str) -> str | None:

@@ -9,7 +9,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rlbox.core import names, quote
-from rlbox.core.config import Strict
+from rlbox.core.config import Strict, Url
+from rlbox.registry import reference
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 SHORT_SHA = re.compile(r"^[0-9a-f]{7,39}$")
@@ -35,6 +36,79 @@ INSTALL_ORDER = (
 PLATFORM_ARCH = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
 
 
+# ---------------------------------------------------------------------------------------------
+# One rule per kind of manifest field, applied when the file is read (a validator's ValueError is
+# the file's one line naming the field): what reaches a Dockerfile, a shell line, pip or git is
+# held to its grammar here, not only quoted where it is rendered.
+
+_SEGMENT = r"[A-Za-z0-9_+][A-Za-z0-9._+-]*"  # never '.', '..' or '-x'
+ABS_PATH = re.compile(rf"(?:/{_SEGMENT})+")
+REL_PATH = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*")
+DIST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")  # a PyPI project or an extra (PEP 508)
+GIT_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/+-]*")
+POSIX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+OS_NAME = re.compile(r"[a-z][a-z0-9.]*")
+PIP_OPTION = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)*(?:=[A-Za-z0-9._+:/@=~,-]+)?")
+# pip options that would change where packages come from or where they go: a lock decides that
+PIP_REFUSED = ("--index-url", "--extra-index-url", "--find-links", "--trusted-host", "--no-index", "--requirement",
+               "--constraint", "--editable", "--src", "--target", "--prefix", "--root", "--user", "--upgrade",
+               "--force-reinstall", "--pre", "--cert", "--client-cert", "--proxy")
+
+
+def _matching(pattern: re.Pattern, what: str):
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value) or "//" in value or "/./" in value:
+            raise ValueError(f"{value[:80]!r} is not {what}")
+        return value
+    return check
+
+
+abs_path = _matching(ABS_PATH, "an absolute path (/ and letters, digits, . _ + - between; no '..')")
+rel_path = _matching(REL_PATH, "a path inside the source (letters, digits, . _ + - joined by /; no '..', not absolute)")
+dist_name = _matching(DIST_NAME, "a project or extra name (letters, digits, . _ -)")
+posix_user = _matching(POSIX_USER, "a user name (lower-case letters, digits, _ -; at most 32)")
+os_name = _matching(OS_NAME, "an OS name such as ubuntu22.04")
+
+
+def git_ref(value: str) -> str:
+    """A tag or branch (git check-ref-format's rule, as far as rlbox needs it): never an option."""
+    if not GIT_REF.fullmatch(value) or ".." in value or value.endswith(("/", ".lock", ".")) or "//" in value:
+        raise ValueError(f"{value[:80]!r} is not a git tag or branch name")
+    return value
+
+
+def pip_arg(value: str) -> str:
+    """One option for pip install of a component: ``--name`` or ``--name=word``, not one that
+    changes where packages come from or go (a lock decides that)."""
+    if not PIP_OPTION.fullmatch(value):
+        raise ValueError(f"{value[:80]!r} is not a pip option (--name or --name=value, one word)")
+    if value.split("=", 1)[0] in PIP_REFUSED:
+        raise ValueError(f"{value[:80]!r}: where packages come from or go is the lock's, not a pip_args option")
+    return value
+
+
+def requirement(value: str) -> str:
+    """A PEP 508 requirement (``numpy<2``, ``datasets>=3``): never a pip option or a file."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if not value or not DIST_NAME.match(value):
+        raise ValueError(f"{value[:80]!r} is not a requirement (name[extras] version; never an option)")
+    try:
+        Requirement(value)
+    except InvalidRequirement as err:
+        raise ValueError(f"{value[:80]!r} is not a requirement ({str(err).splitlines()[0][:80]})") from None
+    return value
+
+
+def each(check):
+    """``check`` on every item of a list (or key of a mapping)."""
+    def checked(values):
+        for v in values:
+            check(v)
+        return values
+    return checked
+
+
 class Hardware(Strict):
     description: str
     chip: str = Field(description="chip part of the CANN base image tag (910b, a3)")
@@ -50,17 +124,12 @@ BASE_TAG_FIELDS = ("cann", "chip", "os", "python")
 
 
 class Base(Strict):
-    image: str
+    image: reference.ImageName = Field(description="the base's repository name; the tag comes from `tag:`")
     tag: str = Field(description="format string over cann, chip, os, python (the base's Python)")
     python: str | None = Field(
         None, description="Python of the base image when it differs from the release's; "
         "the release's Python is then installed from the OS packages"
     )
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, v: str) -> str:
-        return quote.word(v, "base image")
 
     @field_validator("tag")
     @classmethod
@@ -85,6 +154,9 @@ class Cann(Strict):
             raise ValueError(f"'{v}' is not a CANN version such as 8.3.RC1 or 8.5.0")
         return v
 
+    _env_scripts = field_validator("env_scripts")(classmethod(lambda cls, v: each(abs_path)(v)))
+    _packages = field_validator("python_packages")(classmethod(lambda cls, v: each(requirement)(v)))
+
     @model_validator(mode="after")
     def _scripts(self) -> "Cann":
         if self.version != "none" and not self.env_scripts:
@@ -100,21 +172,23 @@ class Driver(Strict):
 
 
 class ImageName(Strict):
-    registry: str
-    name: str
+    registry: reference.ImageName = Field(description="HOST[/PATH] the images are pushed under")
+    name: reference.ImageName
 
 
 class User(Strict):
     name: str
-    uid: int = Field(ge=1000)
+    uid: int = Field(ge=1000, le=2**31 - 1)
+
+    _name = field_validator("name")(classmethod(lambda cls, v: posix_user(v)))
 
 
 class Component(Strict):
     """One pinned piece of software: a PyPI release or a git source at a fixed commit."""
 
     pip: str | None = Field(None, description="PyPI requirement pinned with ==, e.g. torch==2.7.1")
-    index_url: str | None = Field(None, description="extra index for this pip install")
-    git: str | None = None
+    index_url: Url | None = Field(None, description="extra index for this pip install")
+    git: Url | None = Field(None, description="the source's URL: https, http, git, ssh or file")
     commit: str | None = Field(
         None, description="full 40-hex commit; a short SHA or none (with `ref:`) is resolved by `rlbox lock`"
     )
@@ -157,9 +231,15 @@ class Component(Strict):
                 raise ValueError(
                     "commit: missing pin; give the full 40-hex commit, or a `ref:` (tag) for `rlbox lock` to resolve"
                 )
-            if not re.match(r"^(https?|git|ssh|file)://", self.git):
-                raise ValueError(f"git: '{self.git}' is not a URL (https://, git://, ssh://, file://)")
         return self
+
+    _ref = field_validator("ref")(classmethod(lambda cls, v: v if v is None else git_ref(v)))
+    _subdir = field_validator("subdir")(classmethod(lambda cls, v: v if v is None else rel_path(v)))
+    _files = field_validator("requirements")(classmethod(lambda cls, v: each(rel_path)(v)))
+    _requires = field_validator("requires")(classmethod(lambda cls, v: v if isinstance(v, str) else each(rel_path)(v)))
+    _pip_args = field_validator("pip_args")(classmethod(lambda cls, v: each(pip_arg)(v)))
+    _extras = field_validator("extras", "drop")(classmethod(lambda cls, v: each(dist_name)(v)))
+    _env = field_validator("env")(classmethod(lambda cls, v: each(quote.env_key)(v)))
 
     @field_validator("commit")
     @classmethod
@@ -212,13 +292,8 @@ Component.model_rebuild()
 class Variant(Strict):
     hardware: str
     platform: Literal["linux/arm64", "linux/amd64"] | None = None
-    tag: str | None = None
-    base_tag: str | None = Field(None, description="override of the base image tag")
-
-    @field_validator("tag", "base_tag")
-    @classmethod
-    def _tags(cls, v: str | None) -> str | None:
-        return None if v is None else quote.word(v, "tag")
+    tag: reference.ImageTag | None = None
+    base_tag: reference.ImageTag | None = Field(None, description="override of the base image tag")
     components: dict[str, Any] = Field(
         default_factory=dict, description="per-variant overrides of component fields (e.g. x86 torch index)"
     )
@@ -253,6 +328,10 @@ class Release(Strict):
         None, min_length=10, max_length=400, description="why this release builds only on a developer's machine "
         "(e.g. a component from a loopback index); the CI workflow leaves its variants out and gives this reason"
     )
+
+    _os = field_validator("os")(classmethod(lambda cls, v: os_name(v)))
+    _packages_ = field_validator("python_packages")(classmethod(lambda cls, v: each(requirement)(v)))
+    _dists = field_validator("sdist_only", "exclude")(classmethod(lambda cls, v: each(dist_name)(v)))
 
     @field_validator("python")
     @classmethod

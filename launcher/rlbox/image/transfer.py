@@ -301,8 +301,7 @@ def plan_push(m: Matrix | None, ref: str, labels: dict[str, str], *, registry_ho
             raise RlboxError(f"{source}: {err}") from None
     tags = [human] + ([fixed] if fixed else []) + list(extra_tags)
     for tag in tags:
-        if not reference.TAG_RE.fullmatch(tag):
-            raise RlboxError(f"tag {tag!r}: letters, digits, _ . - only, at most 128, not starting with . or -")
+        reference.check_tag(tag, "--tag" if tag in extra_tags else "--immutable-tag" if tag == immutable else "tag")
     return PushPlan(source, remote, tuple(dict.fromkeys(tags)), fixed, revision)
 
 

@@ -268,7 +268,7 @@ def per_host(values: tuple[str, ...], option: str, hosts: int, parse) -> dict[in
     out = {}
     for text in values:
         index, sep, value = text.partition("=")
-        if not sep or not index.isdigit() or not value:
+        if not sep or not (index.isascii() and index.isdigit()) or not value:
             raise RlboxError(f"{option} {text!r}: give HOST=VALUE, HOST a host number 1..{hosts}")
         if not 1 <= int(index) <= hosts:
             raise RlboxError(f"{option} {text!r}: host {index} is not one of 1..{hosts}")
@@ -277,7 +277,7 @@ def per_host(values: tuple[str, ...], option: str, hosts: int, parse) -> dict[in
 
 
 def _devices(value: str, where: str) -> int:
-    if not value.isdigit() or not 0 <= int(value) <= 32:
+    if not (value.isascii() and value.isdigit()) or not 0 <= int(value) <= 32:
         raise RlboxError(f"{where}: a device count is 0..32")
     return int(value)
 
@@ -288,13 +288,19 @@ def _driver(value: str, where: str) -> str:
     return value.lower()
 
 
+def check_name(name: str) -> str:
+    """A testbed's name: it becomes interface names and the folder ROOT/NAME, so never a path."""
+    if not NAME_RE.fullmatch(name):
+        raise RlboxError(f"--name {name[:60]!r}: a testbed name is a lower-case letter then up to 4 letters or digits "
+                         "(it names interfaces of at most 15 characters)")
+    return name
+
+
 def plan_testbed(*, hosts: int, hardware: str, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
                  root: str = DEFAULT_ROOT, driver: str = DEFAULT_DRIVER, image: str | None = None,
                  host_devices: tuple[str, ...] = (), host_driver: tuple[str, ...] = (),
                  nofile: int = 65536) -> TestbedPlan:
-    if not NAME_RE.fullmatch(name):
-        raise RlboxError(f"--name {name!r}: a testbed name is a lower-case letter then up to 4 letters or digits "
-                         "(it names interfaces of at most 15 characters)")
+    check_name(name)
     if hardware not in sim.CHIPS:
         raise RlboxError(f"--hardware {hardware}: choose a2, a3 or ax")
     if not 1 <= hosts <= MAX_HOSTS:

@@ -29,8 +29,9 @@ from rlbox.cluster.hosts import connect, count_devices
 from rlbox.cluster.sim import write_stand_ins
 from rlbox.cluster.spec import Host, HostName, Mount, SshUser, from_hosts
 from rlbox.core import engine, names
-from rlbox.core.config import Int32, Url, load_file, parse_pairs
+from rlbox.core.config import Int32, Url, load_file, parse_env
 from rlbox.core.errors import RlboxError
+from rlbox.registry import reference
 from rlbox.training.oneshot import ensure_image
 from rlbox.cluster.plan import (BASE_ENV, CONTROL_DEVICES, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, LABEL_MANAGED, NOFILE, NPROC,
                    NPU_SMI, SIM_DRIVER, ContainerSpec)
@@ -245,8 +246,9 @@ class ServeRecord(BaseModel):
     """RUNS_DIR/serve/NAME.json as read back (ServePlan.as_dict)."""
 
     model_config = ConfigDict(extra="allow")
-    name: str | None = None
+    name: names.RunName | None = None
     host: HostName | None = None
+    image: reference.ImageRef | None = None
     ssh_user: SshUser | None = None
     ssh_port: int | None = Field(None, ge=1, le=65535)
     identity_file: str | None = None
@@ -314,7 +316,7 @@ def plan_request(load_matrix, *, model: str | None, hosts: str | None, sim: bool
     return plan(name=name, model=str(Path(model).expanduser().resolve()) if host.local or sim else model,
                 host=host, image=image_name, sim=sim, tp=tp, dp=dp, max_model_len=max_model_len, port=port,
                 served_model_name=served_model_name, npus_available=npus, hardware=hardware, runs_dir=runs_dir,
-                mounts=[Mount.parse(x) for x in mounts], env=parse_pairs(list(envs), "--env"),
+                mounts=[Mount.parse(x) for x in mounts], env=parse_env(envs),
                 nofile=launch.nofile_for(host if not sim else local, None))
 
 
