@@ -232,13 +232,13 @@ def test_component_git_with_subdir_is_fetched_sparse_and_installed_pep660(m):
 
 def test_component_git_with_subdir_and_no_ref_install_source(m):
     plugin = comp("plugin", git="https://example.com/plugin.git",
-                  commit="0123456789abcdef0123456789abcdef01234567", subdir="python pkg", install="source")
+                  commit="0123456789abcdef0123456789abcdef01234567", subdir="python/pkg", install="source")
     assert_golden(m.component(ARM, plugin), r"""
         # ---- plugin: git+https://example.com/plugin.git@0123456789abcdef0123456789abcdef01234567
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
             --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
-            rlbox-git-fetch plugin https://example.com/plugin.git 0123456789abcdef0123456789abcdef01234567 '' 'python pkg' \
-         && echo '/opt/rlbox/src/plugin/python pkg' > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rlbox-plugin.pth"
+            rlbox-git-fetch plugin https://example.com/plugin.git 0123456789abcdef0123456789abcdef01234567 '' python/pkg \
+         && echo /opt/rlbox/src/plugin/python/pkg > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rlbox-plugin.pth"
     """)
 
 
@@ -298,7 +298,7 @@ def test_component_git_with_everything_in_install_order(m):
     # patches, then the install (with env and pip_args), all in one RUN; requirements are in the lock
     kitchen = comp("kitchen", git="https://example.com/kitchen.git",
                    commit="0123456789abcdef0123456789abcdef01234567", ref="v1.0", subdir="src",
-                   requirements=["reqs.txt"], install="pip", pip_args=["--config-settings=a b"], env={"A": "1"},
+                   requirements=["reqs.txt"], install="pip", pip_args=["--config-settings=a~b"], env={"A": "1"},
                    patches=(patch("kitchen", "0001-sink.patch", VERL_PATCH_SHA),))
     assert_golden(m.component(ARM, kitchen), r"""
         # ---- kitchen: git+https://example.com/kitchen.git@0123456789abcdef0123456789abcdef01234567 (v1.0)
@@ -307,7 +307,7 @@ def test_component_git_with_everything_in_install_order(m):
             --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
             rlbox-git-fetch kitchen https://example.com/kitchen.git 0123456789abcdef0123456789abcdef01234567 v1.0 src \
          && rlbox-apply-patches kitchen 5d41402abc4b2a76b9719d911017c592ae1f5c1e0c1b5e8f1e5a4c2b9d6e3f70=0001-sink.patch \
-         && env A=1 rlbox-pip --source '--config-settings=a b' /opt/rlbox/src/kitchen/src
+         && env A=1 rlbox-pip --source '--config-settings=a~b' /opt/rlbox/src/kitchen/src
     """)
 
 
@@ -352,8 +352,8 @@ def test_pip_args_empty(m):
 
 
 def test_pip_args_each_quoted_with_a_leading_space(m):
-    c = comp("x", pip="x==1", pip_args=["--no-deps", "--no-build-isolation", "--config-settings=k=v w"])
-    assert m.pip_args(c) == " --no-deps --no-build-isolation '--config-settings=k=v w'"
+    c = comp("x", pip="x==1", pip_args=["--no-deps", "--no-build-isolation", "--config-settings=k=v~w"])
+    assert m.pip_args(c) == " --no-deps --no-build-isolation '--config-settings=k=v~w'"
 
 
 # ---------------------------------------------------------------------------------------------
