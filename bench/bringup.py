@@ -49,6 +49,7 @@ from rlbox.cluster import state as run_state
 from rlbox.cluster.plan import LABEL_RUN
 from rlbox.cluster.preflight import checks
 from rlbox.core.errors import RlboxError
+from rlbox.delivery import execute as deliver
 from rlbox.testbed import execute as tb
 from rlbox.testbed import plan as tbplan
 
@@ -156,7 +157,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
         spent.append(time.perf_counter() - t)
 
     run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True, bring_up_only=True,
-                keep=True, before=before)
+                keep=True, before=before, deliver=deliver.ensure)
     state = run_state.load(runs, plan.run)
     nodes = hosts.connect_all(tuple(p.host for p in plan.nodes))
     try:

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from rlbox.cli.common import err, note, out
-from rlbox.cluster import deliver, delivery
+from rlbox.delivery import execute as deliver
+from rlbox.delivery import plan as delivery
 from rlbox.cluster import spec as cluster_spec
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError

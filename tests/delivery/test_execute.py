@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, engine_problem, rlbox
-from rlbox.cluster import deliver
+from rlbox.delivery import execute as deliver
 from rlbox.cluster import spec as cluster_spec
 from rlbox.core.errors import RlboxError
 from support.engines import EngineHosts

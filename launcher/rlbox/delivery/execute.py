@@ -1,5 +1,5 @@
 """Image delivery, the executing half: gather what every node's engine holds, carry out a
-DeliveryPlan (rlbox.cluster.delivery), verify every node by image id.
+DeliveryPlan (rlbox.delivery.plan), verify every node by image id.
 
 Every command is an argv list; what runs on a node is one of three fixed scripts below, its
 values passed as positional arguments and the whole quoted with shlex for the remote shell.
@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from rlbox.cluster import delivery
-from rlbox.cluster.delivery import DeliveryPlan, ImageFacts, NodeFacts
-from rlbox.cluster.deliver_progress import Progress
+from rlbox.delivery import plan as delivery
+from rlbox.delivery.plan import DeliveryPlan, ImageFacts, NodeFacts
+from rlbox.delivery.progress import Progress
 from rlbox.cluster.hosts import on_every, ssh_argv
 from rlbox.cluster.spec import Host
 from rlbox.core import engine

@@ -1,5 +1,5 @@
 """Image delivery, the planning half: which nodes need the image, from where, in what order, and
-which layers need not travel. Pure: facts in (gathered by rlbox.cluster.deliver), a printable
+which layers need not travel. Pure: facts in (gathered by rlbox.delivery.execute), a printable
 DeliveryPlan out; nothing here touches a host.
 
 The rules:

@@ -1,4 +1,4 @@
-"""The delivery plan (rlbox.cluster.delivery), table-driven: facts in, plan or one-line refusal out.
+"""The delivery plan (rlbox.delivery.plan), table-driven: facts in, plan or one-line refusal out.
 No engine, no host: milliseconds."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import tarfile
 
 import pytest
 
-from rlbox.cluster import deliver, delivery
-from rlbox.cluster.delivery import ImageFacts, NodeFacts, PlanError, chain_ids
+from rlbox.delivery import execute as deliver
+from rlbox.delivery import plan as delivery
+from rlbox.delivery.plan import ImageFacts, NodeFacts, PlanError, chain_ids
 from rlbox.cluster.spec import Host
 
 L = tuple(f"sha256:{c * 64}" for c in "abcd")  # four layers, lowest first
