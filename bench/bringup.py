@@ -136,6 +136,46 @@ class Bed:
 TICKS = 20
 
 
+class Memory:
+    """The testbed's hosts' memory, sampled every ``period`` s: the RSS of each host's processes
+    (its holder and everything under it: init, dockerd, containerd, sshd, containers, Ray). The
+    peak of the sum, per number of hosts running, and the idle figure once the hosts are up."""
+
+    def __init__(self, bed: Bed, period: float = 5.0):
+        self.bed, self.period = bed, period
+        self.peak: dict[int, int] = {}
+        self.label = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def sample(self) -> int:
+        parent: dict[int, int] = {}
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+        kids: dict[int, list[int]] = {}
+        for pid, ppid in parent.items():
+            kids.setdefault(ppid, []).append(pid)
+        todo = [h.holder_pid for h in self.bed.state.hosts if h.holder_pid]
+        total = 0
+        while todo:
+            pid = todo.pop()
+            todo += kids.get(pid, [])
+            try:
+                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * 4096
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
+
+    def run(self) -> None:
+        while not self.stop.wait(self.period):
+            used = self.sample()
+            self.peak[self.label] = max(self.peak.get(self.label, 0), used)
+
+
 def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
     """rlbox's bring-up to its "cluster ready" line (pre-flight within it, also timed alone), then the
     node watch's CPU per tick over the ready cluster (this process's CPU time, all its threads, for
@@ -290,9 +330,15 @@ def main() -> int:
     print(f"testbed: {max(sizes)} host(s) up in {bed.state.up_seconds:.1f} s; image into every host in "
           f"{bed.state.image_seconds:.1f} s (not counted below)", flush=True)
     results = []
+    memory = Memory(bed)
+    idle = memory.sample()
+    print(f"testbed: {max(sizes)} idle host(s) with the image: {idle / 1e9:.2f} GB RSS "
+          f"({idle / max(sizes) / 1e6:.0f} MB a host)", flush=True)
+    memory.thread.start()
     try:
         runs = Path(tempfile.mkdtemp(prefix="rlbox-tbb-runs-"))
         for n in sizes:
+            memory.label = n
             cluster = bed.cluster(n, runs)
             x = rlbox_bringup(n, cluster, runs, args.name)
             r = x["ready"]
@@ -301,12 +347,16 @@ def main() -> int:
             results.append({"hosts": n, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
                             "rlbox_teardown_s": round(x["teardown"], 2), "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
                             "seed_script_s": round(a, 2), "seed_teardown_s": round(a_down, 2),
-                            "parallel_bare_s": round(b, 2), "bare_teardown_s": round(b_down, 2)})
+                            "parallel_bare_s": round(b, 2), "bare_teardown_s": round(b_down, 2),
+                            "peak_rss_gb": round(memory.peak.get(n, 0) / 1e9, 2)})
             print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
                   f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick) | (a) seed ray_start.sh {a:6.1f} s (teardown {a_down:.1f} s)"
                   f" | (b) bare parallel ray start {b:6.1f} s (teardown {b_down:.1f} s)"
-                  f" | rlbox/(a) {r / a:4.2f} | rlbox/(b) {r / b:4.2f} | rlbox-(b) {r - b:+5.1f} s", flush=True)
+                  f" | rlbox/(a) {r / a:4.2f} | rlbox/(b) {r / b:4.2f} | rlbox-(b) {r - b:+5.1f} s"
+                  f" | hosts' peak RSS {memory.peak.get(n, 0) / 1e9:.2f} GB (all {max(sizes)} hosts, {n} with Ray)"
+                  f" | load {' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
     finally:
+        memory.stop.set()
         bed.down()
     first, last = results[0], results[-1]
     if len(results) > 1:
