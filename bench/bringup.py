@@ -137,9 +137,10 @@ TICKS = 20
 
 
 class Memory:
-    """The testbed's hosts' memory, sampled every ``period`` s: the RSS of each host's processes
-    (its holder and everything under it: init, dockerd, containerd, sshd, containers, Ray). The
-    peak of the sum, per number of hosts running, and the idle figure once the hosts are up."""
+    """The testbed's hosts' memory, sampled every ``period`` s: the PSS of each host's processes
+    (its holder and everything under it: init, dockerd, containerd, sshd, containers, Ray; shared
+    pages split between the processes sharing them, so the sum is what the hosts take). The peak
+    of the sum, per number of hosts running, and the idle figure once the hosts are up."""
 
     def __init__(self, bed: Bed, period: float = 5.0):
         self.bed, self.period = bed, period
@@ -165,7 +166,10 @@ class Memory:
             pid = todo.pop()
             todo += kids.get(pid, [])
             try:
-                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * 4096
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
             except (OSError, IndexError, ValueError):
                 continue
         return total
@@ -315,6 +319,13 @@ def parallel_bare(bed: Bed, n: int, image: str) -> tuple[float, float]:
     return took, time.perf_counter() - down
 
 
+def available_memory() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4, 8, 16])
@@ -332,12 +343,20 @@ def main() -> int:
     results = []
     memory = Memory(bed)
     idle = memory.sample()
-    print(f"testbed: {max(sizes)} idle host(s) with the image: {idle / 1e9:.2f} GB RSS "
+    print(f"testbed: {max(sizes)} idle host(s) with the image: {idle / 1e9:.2f} GB PSS "
           f"({idle / max(sizes) / 1e6:.0f} MB a host)", flush=True)
     memory.thread.start()
     try:
         runs = Path(tempfile.mkdtemp(prefix="rlbox-tbb-runs-"))
         for n in sizes:
+            # fewer hosts if the machine cannot hold them, with the figure that showed it
+            per_host = max([(memory.peak[m] - idle) / m for m in memory.peak if m] or [0])
+            available = available_memory()
+            if per_host and n * per_host + (2 << 30) > available:
+                print(f"stopping before {n} hosts: they would need ~{n * per_host / 1e9:.1f} GB with Ray "
+                      f"({per_host / 1e9:.2f} GB a host measured above, over the idle hosts) + 2 GB spare, "
+                      f"and this machine has {available / 1e9:.1f} GB available", flush=True)
+                break
             memory.label = n
             cluster = bed.cluster(n, runs)
             x = rlbox_bringup(n, cluster, runs, args.name)
@@ -348,12 +367,12 @@ def main() -> int:
                             "rlbox_teardown_s": round(x["teardown"], 2), "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
                             "seed_script_s": round(a, 2), "seed_teardown_s": round(a_down, 2),
                             "parallel_bare_s": round(b, 2), "bare_teardown_s": round(b_down, 2),
-                            "peak_rss_gb": round(memory.peak.get(n, 0) / 1e9, 2)})
+                            "peak_pss_gb": round(memory.peak.get(n, 0) / 1e9, 2)})
             print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
                   f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick) | (a) seed ray_start.sh {a:6.1f} s (teardown {a_down:.1f} s)"
                   f" | (b) bare parallel ray start {b:6.1f} s (teardown {b_down:.1f} s)"
                   f" | rlbox/(a) {r / a:4.2f} | rlbox/(b) {r / b:4.2f} | rlbox-(b) {r - b:+5.1f} s"
-                  f" | hosts' peak RSS {memory.peak.get(n, 0) / 1e9:.2f} GB (all {max(sizes)} hosts, {n} with Ray)"
+                  f" | hosts' peak PSS {memory.peak.get(n, 0) / 1e9:.2f} GB (all {max(sizes)} hosts, {n} with Ray)"
                   f" | load {' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
     finally:
         memory.stop.set()

@@ -41,7 +41,7 @@ from rlbox.testbed import plan as tbplan
 
 PREFIX = os.environ.get("RLBOX_BENCH_PREFIX", "")
 IMAGE = f"localhost/{PREFIX}ds-bench-distribute:1".replace("//", "/")
-NAME, SUBNET = "tbd", "10.201.4.0/24"
+NAME, SUBNET = "tbdl", "10.201.6.0/24"
 
 
 def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
