@@ -205,6 +205,21 @@ def test_a_long_stream_grows_linearly(fanout):
     assert len(" ".join(sink.argv)) < 3 * len(dstream.NODE_SCRIPT) + 64 * 400  # no nested quoting
 
 
+def test_a_thousand_nodes_fit_one_argument():
+    """The first node's command names every node below it and is one argument to its shell: it
+    must stay under the kernel's 128 KB (MAX_ARG_STRLEN); a larger group is split into streams."""
+    hosts = {f"10.1.{i // 250}.{i % 250 + 1}": Host(f"10.1.{i // 250}.{i % 250 + 1}", ssh_user="root", ssh_port=22,
+                                                   known_hosts="/etc/rlbox/known_hosts") for i in range(1000)}
+    p = delivery.plan("img:1", RIGHT, tuple(NodeFacts(n) for n in hosts))
+    stream = dstream.Stream(p, hosts, progress=None, env={})
+    stream.build(p.order)
+    (sink,) = stream.sinks
+    assert max(len(a) for a in sink.argv) < 100_000
+    big = {f"n{i}": Host(f"n{i}") for i in range(2 * delivery.STREAM_MAX + 1)}
+    p = delivery.plan("img:1", RIGHT, tuple(NodeFacts(n) for n in big))
+    assert [len(g.names) for g in p.groups] == [delivery.STREAM_MAX, delivery.STREAM_MAX, 1]
+
+
 def test_a_source_node_sends_directly():
     hosts = {n: Host(n, ssh_port=22) for n in ("s", "a", "b")}
     p = delivery.plan("img:1", None, (node("s", RIGHT), node("a"), node("b")))
@@ -230,18 +245,11 @@ def _script_env(tmp_path):
     return dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", FAKE_DIR=str(tmp_path))
 
 
-SSH = ["sh", "-c", 'eval "$1"', "ssh"]  # runs the quoted command as sshd would
+SSH = ["sh", "-c", 'eval "$1"', "ssh"]  # runs the quoted command as sshd would ($0: "ssh", the target)
 
 
 def _entries(edges):
-    size = {n: 1 for n, _ in edges}
-    for n, parent in reversed(edges):
-        if parent in size:
-            size[parent] += size[n]
-    out = []
-    for n, _ in edges:
-        out += [n, str(size[n]), str(len(SSH)), *SSH]
-    return out
+    return dstream.entries(edges, {n: SSH for n, _ in edges})
 
 
 @pytest.mark.parametrize("fanout", [1, 2])
@@ -252,7 +260,7 @@ def test_node_script_tree_tees_forwards_and_reports(tmp_path, fanout):
     env = _script_env(tmp_path)
     names = ("n1", "n 2'x", "n3;rm -rf /", "n4", "n$(5)")
     edges = delivery.tree(names, fanout)
-    argv = ["sh", "-c", dstream.NODE_SCRIPT, "mark", dstream.NODE_SCRIPT, names[0], "load", "-", *_entries(edges[1:])]
+    argv = ["sh", "-c", dstream.NODE_SCRIPT, "mark", dstream.NODE_SCRIPT, names[0], "load", "-", *(_entries(edges[1:]) or ["0"])]
     data = os.urandom(3 << 20)
     proc = subprocess.run(argv, input=data, capture_output=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -36,6 +36,10 @@ from typing import Any
 
 STREAM_VIAS = ("chain", "launcher")
 CHAIN_MAX = 16  # up to this many nodes in one stream: a chain; beyond, a binary tree
+# At most this many nodes in one stream: the command the first node receives names every node
+# below it (about 50 bytes each) and must stay under the kernel's 128 KB for one argument. A
+# larger group is split into streams of this size, each from the source.
+STREAM_MAX = 1024
 
 
 def fanout_for(n: int) -> int:
@@ -281,13 +285,20 @@ def plan(image: str, local: ImageFacts | None, nodes: tuple[NodeFacts, ...], *, 
         for t in targets:
             sets.setdefault(held[t.name], []).append(t.name)
         groups = tuple(Group(_left_out(right.diff_ids, k),
-                             tree(tuple(ns), width) if via == "chain" else tuple((n, "") for n in ns))
-                       for k, ns in sets.items())
+                             tree(part, width) if via == "chain" else tuple((n, "") for n in part))
+                       for k, ns in sets.items() for part in _parts(tuple(ns), via))
     return DeliveryPlan(
         image=image, image_id=right.id if right else None, diff_ids=right.diff_ids if right else (),
         size=right.size if right else 0, targets=tuple(targets), skipped=tuple(skipped), registry=registry,
         source=stream_from, via=via, omitted=omitted, conflicts=tuple(conflicts), groups=groups, fanout=width,
     )
+
+
+def _parts(names: tuple[str, ...], via: str) -> list[tuple[str, ...]]:
+    """A tree's nodes in streams of at most STREAM_MAX (via launcher: one stream, every node its own)."""
+    if via != "chain":
+        return [names]
+    return [names[i:i + STREAM_MAX] for i in range(0, len(names), STREAM_MAX)]
 
 
 def _held(diff_ids: tuple[str, ...], chains: frozenset[str]) -> int:
@@ -317,8 +328,8 @@ def regroup(p: DeliveryPlan, names: tuple[str, ...]) -> DeliveryPlan:
     groups = []
     for g in p.groups:
         ns = tuple(n for n in g.names if n in names)
-        if ns:
-            edges = tree(ns, p.fanout) if p.via == "chain" else tuple((n, "") for n in ns)
+        for part in _parts(ns, p.via) if ns else []:
+            edges = tree(part, p.fanout) if p.via == "chain" else tuple((n, "") for n in part)
             groups.append(Group(g.omitted, edges))
     return dataclasses.replace(p, groups=tuple(groups))
 

@@ -28,12 +28,14 @@ CHUNK = 1 << 20
 # Arguments: $0 the marker every report line starts with, $1 this script's own text, $2 this
 # node's name, $3 what a node does with the stream (load: `docker load`; discard: `cat >
 # /dev/null`, the bench's sink), $4 "-", or on a node that is the source the image to `docker
-# save` (it then loads nothing), then this node's descendants in pre-order, each: its name, the
-# size of its subtree (itself included), N, and the N words of the ssh argv reaching it (ending in
-# `-- [user@]host`). A child's command is quoted here from the plain values, so the command
-# grows by one entry per descendant, never by nesting quotes.
+# save` (it then loads nothing), $5 P, then P hop prefixes (each the ssh argv up to and including
+# `--`, shell-quoted as one word: nodes with the same ssh settings share one), then this node's
+# descendants in pre-order, each 4 words: its name, the size of its subtree (itself included),
+# the number of its hop prefix, and its `[user@]host`. A child's command is quoted here from the
+# plain values: it grows by 4 short words per descendant (about 50 bytes; 50 KB at 1,000 nodes,
+# under the kernel's 128 KB for one argument), never by nesting quotes.
 NODE_SCRIPT = r"""set -u
-self=$1; label=$2; mode=$3; image=$4; shift 4
+self=$1; label=$2; mode=$3; image=$4; np=$5; shift 5
 say() { printf '%s %s %s\n' "$0" "$label" "$*" >&2; }
 q() { printf "'"; printf '%s' "$1" | sed "s/'/'\\\\''/g"; printf "'"; }
 sink() { if [ "$mode" = discard ]; then cat >/dev/null; else docker load; fi; }
@@ -41,21 +43,19 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/rlbox-deliver.XXXXXX") || { say failed cannot m
 pids=""
 trap 'rm -rf "$dir"' EXIT
 trap 'for p in $pids; do kill "$p" 2>/dev/null; done; exit 129' HUP INT TERM PIPE
+pfx=""; i=0
+while [ "$i" -lt "$np" ]; do i=$((i + 1)); eval "pfx_$i=\$1"; pfx="$pfx $(q "$1")"; shift; done
 kids=0
 while [ $# -gt 0 ]; do
-    name=$1; size=$2; n=$3; shift 3
-    hop=""; i=0
-    while [ "$i" -lt "$n" ]; do hop="$hop $(q "$1")"; shift; i=$((i + 1)); done
+    name=$1; size=$2; k=$3; target=$4; shift 4
+    case $k in *[!0-9]*|'') say failed bad hop number; exit 1 ;; esac
+    eval "hop=\$pfx_$k"
     rest=""; j=1
-    while [ "$j" -lt "$size" ]; do
-        k=$3; rest="$rest $(q "$1") $(q "$2") $(q "$3")"; shift 3; i=0
-        while [ "$i" -lt "$k" ]; do rest="$rest $(q "$1")"; shift; i=$((i + 1)); done
-        j=$((j + 1))
-    done
+    while [ "$j" -lt "$size" ]; do rest="$rest $(q "$1") $(q "$2") $(q "$3") $(q "$4")"; shift 4; j=$((j + 1)); done
     kids=$((kids + 1))
     mkfifo "$dir/k$kids" || { say failed cannot make a fifo; exit 1; }
-    cmd="sh -c $(q "$self") $(q "$0") $(q "$self") $(q "$name") $(q "$mode") -$rest"
-    eval "$hop \"\$cmd\"" <"$dir/k$kids" &
+    cmd="sh -c $(q "$self") $(q "$0") $(q "$self") $(q "$name") $(q "$mode") - $np$pfx$rest"
+    eval "$hop $(q "$target") \"\$cmd\"" <"$dir/k$kids" &
     pids="$pids $!"
 done
 i=0
@@ -105,6 +105,24 @@ def on_host(host: Host | None, words: list[str], *options: str) -> list[str]:
     if host is None or host.local:
         return list(words)
     return ssh_argv(host, *options, command=[shlex.join(words)])
+
+
+def entries(edges: tuple[tuple[str, str], ...], hops: dict[str, list[str]]) -> list[str]:
+    """NODE_SCRIPT's tree arguments: P, the P distinct hop prefixes (each quoted as one word),
+    then per node of ``edges`` (pre-order, a subtree's root first) its name, the size of its
+    subtree, its prefix's number and the word after ``--`` in its hop."""
+    size = dict.fromkeys((n for n, _ in edges), 1)
+    for name, parent in reversed(edges):
+        if parent in size:
+            size[parent] += size[name]
+    prefixes: dict[str, int] = {}
+    words: list[str] = []
+    for name, _ in edges:
+        argv = hops[name]
+        prefix = shlex.join(argv[:-1])
+        number = prefixes.setdefault(prefix, len(prefixes) + 1)
+        words += [name, str(size[name]), str(number), argv[-1]]
+    return [str(len(prefixes)), *prefixes, *words]
 
 
 def hop(host: Host) -> list[str]:
@@ -190,20 +208,12 @@ class Stream:
             self.group = self.plan.groups[0]
 
     def node_words(self, name: str, after: list[str] | tuple = (), image: str = "-") -> list[str]:
-        """A node's command; ``after``: its descendants' entries (name, subtree size, N, N words)."""
-        return ["sh", "-c", NODE_SCRIPT, self.marker, NODE_SCRIPT, name, self.mode, image, *after]
+        """A node's command; ``after``: entries() of its descendants (hop prefixes, then 4 words each)."""
+        return ["sh", "-c", NODE_SCRIPT, self.marker, NODE_SCRIPT, name, self.mode, image, *(after or ["0"])]
 
     def entries(self, edges: tuple[tuple[str, str], ...]) -> list[str]:
-        """The pre-order entries of ``edges`` (a subtree, root first), each with its subtree's size."""
-        size = dict.fromkeys((n for n, _ in edges), 1)
-        for name, parent in reversed(edges):
-            if parent in size:
-                size[parent] += size[name]
-        words: list[str] = []
-        for name, _ in edges:
-            argv = hop(self.hosts[name])
-            words += [name, str(size[name]), str(len(argv)), *argv]
-        return words
+        """The hop prefixes and the pre-order entries of ``edges`` (a subtree, root first)."""
+        return entries(edges, {name: hop(self.hosts[name]) for name, _ in edges})
 
     def build(self, names: tuple[str, ...]) -> None:
         remote = tuple(n for n in names if not self.hosts[n].local)
