@@ -319,6 +319,16 @@ def parallel_bare(bed: Bed, n: int, image: str) -> tuple[float, float]:
     return took, time.perf_counter() - down
 
 
+def baseline(run, bed: Bed, n: int, prefix: str, label: str) -> tuple[float, float]:
+    """(seconds to ready, teardown) of a baseline; (nan, nan) when it never got ready."""
+    try:
+        return run()
+    except SystemExit as err:
+        print(f"{n} host(s): {label} never ready: {err}", flush=True)
+        bed.clean(n, prefix)
+        return float("nan"), float("nan")
+
+
 def available_memory() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):
@@ -361,8 +371,12 @@ def main() -> int:
             cluster = bed.cluster(n, runs)
             x = rlbox_bringup(n, cluster, runs, args.name)
             r = x["ready"]
-            a, a_down = seed_script(bed, n, image)
-            b, b_down = parallel_bare(bed, n, image)
+            print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
+                  f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)
+            # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
+            # under load some never do); it is said, its containers removed, and the bench goes on
+            a, a_down = baseline(lambda: seed_script(bed, n, image), bed, n, "rlbox-bench-seed", "(a)")
+            b, b_down = baseline(lambda: parallel_bare(bed, n, image), bed, n, "rlbox-bench-bare", "(b)")
             results.append({"hosts": n, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
                             "rlbox_teardown_s": round(x["teardown"], 2), "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
                             "seed_script_s": round(a, 2), "seed_teardown_s": round(a_down, 2),
@@ -372,6 +386,7 @@ def main() -> int:
                   f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick) | (a) seed ray_start.sh {a:6.1f} s (teardown {a_down:.1f} s)"
                   f" | (b) bare parallel ray start {b:6.1f} s (teardown {b_down:.1f} s)"
                   f" | rlbox/(a) {r / a:4.2f} | rlbox/(b) {r / b:4.2f} | rlbox-(b) {r - b:+5.1f} s"
+                  .replace("nan s", "never ready")
                   f" | hosts' peak PSS {memory.peak.get(n, 0) / 1e9:.2f} GB (all {max(sizes)} hosts, {n} with Ray)"
                   f" | load {' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
     finally:
