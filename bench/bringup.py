@@ -34,6 +34,7 @@ import argparse
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -364,8 +365,8 @@ def main() -> int:
     print(f"testbed: {max(sizes)} idle host(s) with the image: {idle / 1e9:.2f} GB PSS "
           f"({idle / max(sizes) / 1e6:.0f} MB a host)", flush=True)
     memory.thread.start()
+    runs = Path(tempfile.mkdtemp(prefix="rlbox-tbb-runs-"))
     try:
-        runs = Path(tempfile.mkdtemp(prefix="rlbox-tbb-runs-"))
         for n in sizes:
             # fewer hosts if the machine cannot hold them, with the figure that showed it
             per_host = max([(memory.peak[m] - idle) / m for m in memory.peak if m] or [0])
@@ -399,6 +400,7 @@ def main() -> int:
     finally:
         memory.stop.set()
         bed.down()
+        shutil.rmtree(runs, ignore_errors=True)  # the runs' state files: nothing of the bench stays
     first, last = results[0], results[-1]
     if len(results) > 1:
         print(f"at {last['hosts']} hosts: rlbox/(b) {last['rlbox_s'] / last['parallel_bare_s']:.2f} (goal <= 1) | "
