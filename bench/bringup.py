@@ -343,6 +343,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1 host, once (CI: proves the bench runs)")
     parser.add_argument("--name", default=NAME, help=f"the testbed's name (default {NAME})")
     parser.add_argument("--subnet", default=SUBNET, help=f"the testbed's subnet (default {SUBNET})")
+    parser.add_argument("--no-seed", action="store_true",
+                        help="skip baseline (a), the seed's one-host-after-another procedure (minutes at 16 hosts)")
     parser.add_argument("--disk-min-gib", type=int, default=None,
                         help="lower pre-flight's free-disk check (20 GiB): every testbed host's engine keeps its "
                              "own image copy on this machine's one disk, so 16 hosts take ~10 GB of it")
@@ -384,7 +386,8 @@ def main() -> int:
                   f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)
             # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
             # under load some never do); it is said, its containers removed, and the bench goes on
-            a, a_down = baseline(lambda: seed_script(bed, n, image), bed, n, "rlbox-bench-seed", "(a)")
+            a, a_down = (float("nan"), float("nan")) if args.no_seed else baseline(
+                lambda: seed_script(bed, n, image), bed, n, "rlbox-bench-seed", "(a)")
             b, b_down = baseline(lambda: parallel_bare(bed, n, image), bed, n, "rlbox-bench-bare", "(b)")
             results.append({"hosts": n, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
                             "rlbox_teardown_s": round(x["teardown"], 2), "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
