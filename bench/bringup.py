@@ -34,6 +34,7 @@ import argparse
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,7 @@ from rlbox.cluster import state as run_state
 from rlbox.cluster.plan import LABEL_RUN
 from rlbox.cluster.preflight import checks
 from rlbox.core.errors import RlboxError
+from rlbox.delivery import execute as deliver
 from rlbox.testbed import execute as tb
 from rlbox.testbed import plan as tbplan
 
@@ -135,6 +137,50 @@ class Bed:
 TICKS = 20
 
 
+class Memory:
+    """The testbed's hosts' memory, sampled every ``period`` s: the PSS of each host's processes
+    (its holder and everything under it: init, dockerd, containerd, sshd, containers, Ray; shared
+    pages split between the processes sharing them, so the sum is what the hosts take). The peak
+    of the sum, per number of hosts running, and the idle figure once the hosts are up."""
+
+    def __init__(self, bed: Bed, period: float = 5.0):
+        self.bed, self.period = bed, period
+        self.peak: dict[int, int] = {}
+        self.label = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def sample(self) -> int:
+        parent: dict[int, int] = {}
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+        kids: dict[int, list[int]] = {}
+        for pid, ppid in parent.items():
+            kids.setdefault(ppid, []).append(pid)
+        todo = [h.holder_pid for h in self.bed.state.hosts if h.holder_pid]
+        total = 0
+        while todo:
+            pid = todo.pop()
+            todo += kids.get(pid, [])
+            try:
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
+
+    def run(self) -> None:
+        while not self.stop.wait(self.period):
+            used = self.sample()
+            self.peak[self.label] = max(self.peak.get(self.label, 0), used)
+
+
 def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
     """rlbox's bring-up to its "cluster ready" line (pre-flight within it, also timed alone), then the
     node watch's CPU per tick over the ready cluster (this process's CPU time, all its threads, for
@@ -156,7 +202,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
         spent.append(time.perf_counter() - t)
 
     run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True, bring_up_only=True,
-                keep=True, before=before)
+                keep=True, before=before, deliver=deliver.ensure)
     state = run_state.load(runs, plan.run)
     nodes = hosts.connect_all(tuple(p.host for p in plan.nodes))
     try:
@@ -274,13 +320,40 @@ def parallel_bare(bed: Bed, n: int, image: str) -> tuple[float, float]:
     return took, time.perf_counter() - down
 
 
+def baseline(run, bed: Bed, n: int, prefix: str, label: str) -> tuple[float, float]:
+    """(seconds to ready, teardown) of a baseline; (nan, nan) when it never got ready."""
+    try:
+        return run()
+    except SystemExit as err:
+        print(f"{n} host(s): {label} never ready: {err}", flush=True)
+        bed.clean(n, prefix)
+        return float("nan"), float("nan")
+
+
+def available_memory() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--quick", action="store_true", help="1 host, once (CI: proves the bench runs)")
     parser.add_argument("--name", default=NAME, help=f"the testbed's name (default {NAME})")
     parser.add_argument("--subnet", default=SUBNET, help=f"the testbed's subnet (default {SUBNET})")
+    parser.add_argument("--no-seed", action="store_true",
+                        help="skip baseline (a), the seed's one-host-after-another procedure (minutes at 16 hosts)")
+    parser.add_argument("--disk-min-gib", type=int, default=None,
+                        help="lower pre-flight's free-disk check (20 GiB): every testbed host's engine keeps its "
+                             "own image copy on this machine's one disk, so 16 hosts take ~10 GB of it")
     args = parser.parse_args()
+    if args.disk_min_gib is not None:
+        from rlbox.cluster.preflight import doctor
+        print(f"pre-flight's free-disk check lowered from {doctor.DISK_MIN_GIB} to {args.disk_min_gib} GiB "
+              "(the same checks run; the hosts share one disk)", flush=True)
+        doctor.DISK_MIN_GIB = args.disk_min_gib
     sizes = [1] if args.quick else args.hosts
     image = f"localhost/rlbox/sim:{launch.host_arch_variant()}"
     if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
@@ -289,24 +362,48 @@ def main() -> int:
     print(f"testbed: {max(sizes)} host(s) up in {bed.state.up_seconds:.1f} s; image into every host in "
           f"{bed.state.image_seconds:.1f} s (not counted below)", flush=True)
     results = []
+    memory = Memory(bed)
+    idle = memory.sample()
+    print(f"testbed: {max(sizes)} idle host(s) with the image: {idle / 1e9:.2f} GB PSS "
+          f"({idle / max(sizes) / 1e6:.0f} MB a host)", flush=True)
+    memory.thread.start()
+    runs = Path(tempfile.mkdtemp(prefix="rlbox-tbb-runs-"))
     try:
-        runs = Path(tempfile.mkdtemp(prefix="rlbox-tbb-runs-"))
         for n in sizes:
+            # fewer hosts if the machine cannot hold them, with the figure that showed it
+            per_host = max([(memory.peak[m] - idle) / m for m in memory.peak if m] or [0])
+            available = available_memory()
+            if per_host and n * per_host + (2 << 30) > available:
+                print(f"stopping before {n} hosts: they would need ~{n * per_host / 1e9:.1f} GB with Ray "
+                      f"({per_host / 1e9:.2f} GB a host measured above, over the idle hosts) + 2 GB spare, "
+                      f"and this machine has {available / 1e9:.1f} GB available", flush=True)
+                break
+            memory.label = n
             cluster = bed.cluster(n, runs)
             x = rlbox_bringup(n, cluster, runs, args.name)
             r = x["ready"]
-            a, a_down = seed_script(bed, n, image)
-            b, b_down = parallel_bare(bed, n, image)
+            print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
+                  f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)
+            # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
+            # under load some never do); it is said, its containers removed, and the bench goes on
+            a, a_down = (float("nan"), float("nan")) if args.no_seed else baseline(
+                lambda: seed_script(bed, n, image), bed, n, "rlbox-bench-seed", "(a)")
+            b, b_down = baseline(lambda: parallel_bare(bed, n, image), bed, n, "rlbox-bench-bare", "(b)")
             results.append({"hosts": n, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
                             "rlbox_teardown_s": round(x["teardown"], 2), "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
                             "seed_script_s": round(a, 2), "seed_teardown_s": round(a_down, 2),
-                            "parallel_bare_s": round(b, 2), "bare_teardown_s": round(b_down, 2)})
+                            "parallel_bare_s": round(b, 2), "bare_teardown_s": round(b_down, 2),
+                            "peak_pss_gb": round(memory.peak.get(n, 0) / 1e9, 2)})
             print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
                   f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick) | (a) seed ray_start.sh {a:6.1f} s (teardown {a_down:.1f} s)"
                   f" | (b) bare parallel ray start {b:6.1f} s (teardown {b_down:.1f} s)"
-                  f" | rlbox/(a) {r / a:4.2f} | rlbox/(b) {r / b:4.2f} | rlbox-(b) {r - b:+5.1f} s", flush=True)
+                  f" | rlbox/(a) {r / a:4.2f} | rlbox/(b) {r / b:4.2f} | rlbox-(b) {r - b:+5.1f} s"
+                  f" | hosts' peak PSS {memory.peak.get(n, 0) / 1e9:.2f} GB (all {max(sizes)} hosts, {n} with Ray)"
+                  f" | load {' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
     finally:
+        memory.stop.set()
         bed.down()
+        shutil.rmtree(runs, ignore_errors=True)  # the runs' state files: nothing of the bench stays
     first, last = results[0], results[-1]
     if len(results) > 1:
         print(f"at {last['hosts']} hosts: rlbox/(b) {last['rlbox_s'] / last['parallel_bare_s']:.2f} (goal <= 1) | "

@@ -1,5 +1,5 @@
 """`rlbox distribute IMAGE`: put an image on every node that lacks it (a registry pull on every
-node, else one pipelined stream), verified by image id; `--dry-run` prints the plan."""
+node, else a stream down a chain or tree of the nodes), verified by image id; `--dry-run` prints the plan."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from rlbox.cli.common import checked_image, err, note, out
-from rlbox.cluster import deliver, delivery
+from rlbox.delivery import execute as deliver
+from rlbox.delivery import plan as delivery
 from rlbox.cluster import spec as cluster_spec
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -23,7 +24,8 @@ from rlbox.core.errors import RlboxError
               help="Stream from this machine's engine (local) or from a node holding the image "
                    "(default: this machine if it has it, else a node that has it).")
 @click.option("--via", type=click.Choice(delivery.STREAM_VIAS), default="chain", show_default=True,
-              help="chain: each node loads while it forwards to the next (ssh -A between nodes); "
+              help="chain: each node loads while it forwards to the next ones (a chain; a tree past 16 "
+                   "nodes; ssh -A between nodes); "
                    "launcher: this machine streams to every node itself (nodes cannot ssh to each other).")
 @click.option("--no-pull", is_flag=True, help="Never pull from the registry the image name gives; stream instead.")
 @click.option("--force", is_flag=True, help="Replace a different image held under the same name on a node.")
@@ -33,9 +35,10 @@ def distribute_cmd(image, hosts, cluster_file, source, via, no_pull, force, dry_
     """Deliver IMAGE to every node whose engine lacks it, then check every node by image id.
 
     A name with a registry (HOST[:PORT]/PATH:TAG) is pulled on every node at once; a node whose
-    pull fails, or a name without a registry, gets the image streamed from this machine (or a
-    node that holds it) through a chain of nodes, each loading while it forwards, so N nodes take
-    about the time of one. Layers every receiving node already holds are not sent. A node holding
+    pull fails, or a name without a registry, gets the image streamed from this machine (or
+    directly from a node that holds it) down a chain of nodes (a binary tree past 16), each
+    loading while it forwards, so N nodes take about the time of one. Each node is sent only the
+    layers it lacks. A node holding
     a different image under the name is refused, named with both ids, unless --force.
 
     \b

@@ -17,6 +17,7 @@ from rlbox.cluster import sim as sim_hosts
 from rlbox.cluster.preflight import checks, doctor
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
+from rlbox.delivery import execute as deliver
 from rlbox.image import standins
 from rlbox.training import triage
 
@@ -144,7 +145,8 @@ def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_fil
 
     outcome = execute.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
                               detach=detach, keep=keep, before=before, on_failure=triage_after_failure,
-                              max_restarts=plan.max_restarts, tty=err.is_terminal)
+                              max_restarts=plan.max_restarts, tty=err.is_terminal,
+                              deliver=deliver.ensure)
     if outcome.exit_code:
         raise RlboxError(f"job of run '{name}' {outcome.ended or f'{outcome.status} with exit code {outcome.exit_code}'}; "
                          f"log: {outcome.log_path}", exit_code=outcome.exit_code)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import requests
 
-from rlbox.cluster import deliver
 from rlbox.cluster import jobs
 from rlbox.cluster import ray
 from rlbox.cluster import sharing
@@ -266,6 +265,7 @@ def execute(
     before: Callable[[list[Node]], None] | None = None,
     on_failure: Callable[[list[Node], Path], str | None] | None = None,
     tty: bool = False,
+    deliver: Callable[..., object] | None = None,
 ) -> Outcome:
     """Carry out the plan. Tears everything down on failure, Ctrl-C, SIGTERM, or at the end.
 
@@ -286,8 +286,10 @@ def execute(
             try:
                 # the image on every node: delivered where missing; a node holding another image
                 # under the name is refused (rlbox distribute --force replaces it)
-                deliver.ensure(plan.image, tuple(n.host for n in plan.nodes), echo,
-                               missing_hint=plan.missing_image_hint(), tty=tty)
+                # (``deliver``: rlbox.delivery.execute.ensure, given by the caller, a layer above)
+                if deliver is not None:
+                    deliver(plan.image, tuple(n.host for n in plan.nodes), echo,
+                            missing_hint=plan.missing_image_hint(), tty=tty)
                 cluster.preflight(replace)  # refuses a live run of this name before anything else starts
                 if plan.sim_files:
                     sim.write_hosts(plan)

@@ -1,5 +1,5 @@
 """Image delivery, the planning half: which nodes need the image, from where, in what order, and
-which layers need not travel. Pure: facts in (gathered by rlbox.cluster.deliver), a printable
+which layers need not travel. Pure: facts in (gathered by rlbox.delivery.execute), a printable
 DeliveryPlan out; nothing here touches a host.
 
 The rules:
@@ -12,12 +12,19 @@ The rules:
   registry fans out; every engine skips the layers it holds); a node whose pull fails falls back
   to the stream. The stream comes from this machine's engine (``docker save``), else from a node
   holding the right image (its ``docker save`` relayed through this machine).
-- The stream is a chain: this machine -> node 1 -> node 2 ... each node tees what it receives into
-  its ``docker load`` and forwards it to the next over ssh with the forwarded agent; or, with
-  ``via="launcher"`` (nodes cannot ssh to each other), this machine writes to every node itself.
-- A layer every receiving node holds (by chain id: the layer and all below it) is left out of
-  the stream: ``docker load`` never opens the file of a layer whose chain id is present
-  (moby image/tarexport/load.go), so the tar loads without it.
+- The stream is a tree (``tree``): the source feeds one node, and every node tees what it receives
+  into its ``docker load`` and forwards it to up to ``fanout`` nodes over ssh with the forwarded
+  agent. ``fanout_for(N)``: 1 (a chain: every node receives once and sends once, what a network
+  of equal links carries fastest) up to CHAIN_MAX nodes; 2 beyond, so that the depth stays
+  log2(N) (each hop adds an ssh and a pipe buffer, cuts off what is below it when it fails, and
+  the command it passes on grows with what is below it). With ``via="launcher"`` (nodes cannot
+  ssh to each other) this machine writes to every node itself. A node that is the source sends
+  from its own ``docker save`` to its children directly, never through this machine.
+- Per-node layer sets: each node is sent only the layers it lacks. A layer a node holds (by chain
+  id: the layer and all below it) is left out of its stream: ``docker load`` never opens the
+  file of a layer whose chain id is present (moby image/tarexport/load.go), so the tar loads
+  without it. Nodes that lack the same layers share one stream (``Group``); the filter runs
+  where the tar passes through this machine, so a stream from a node carries every layer.
 """
 
 from __future__ import annotations
@@ -28,6 +35,43 @@ from dataclasses import dataclass, field
 from typing import Any
 
 STREAM_VIAS = ("chain", "launcher")
+CHAIN_MAX = 16  # up to this many nodes in one stream: a chain; beyond, a binary tree
+# At most this many nodes in one stream: the command the first node receives names every node
+# below it (about 50 bytes each) and must stay under the kernel's 128 KB for one argument. A
+# larger group is split into streams of this size, each from the source.
+STREAM_MAX = 1024
+
+
+def fanout_for(n: int) -> int:
+    """How many nodes each node forwards to, for a stream to ``n`` nodes."""
+    return 1 if n <= CHAIN_MAX else 2
+
+
+def tree(order: tuple[str, ...], fanout: int) -> tuple[tuple[str, str], ...]:
+    """(node, parent) in pre-order; parent "" is the source, which feeds the first node only.
+    Node i (i >= 1) hangs under node (i - 1) // fanout: fanout 1 is the chain."""
+    if fanout < 1:
+        raise PlanError(f"fanout must be at least 1, not {fanout}")
+    if not order:
+        return ()
+    kids: dict[int, list[int]] = {}
+    for i in range(1, len(order)):
+        kids.setdefault((i - 1) // fanout, []).append(i)
+    out: list[tuple[str, str]] = []
+    stack = [(0, "")]
+    while stack:
+        i, parent = stack.pop()
+        out.append((order[i], parent))
+        stack.extend((k, order[i]) for k in reversed(kids.get(i, [])))
+    return tuple(out)
+
+
+def depth(edges: tuple[tuple[str, str], ...]) -> int:
+    """Hops from the source to the deepest node."""
+    level: dict[str, int] = {"": 0}
+    for name, parent in edges:
+        level[name] = level[parent] + 1
+    return max(level.values())
 
 
 def chain_ids(diff_ids: tuple[str, ...]) -> tuple[str, ...]:
@@ -68,6 +112,19 @@ class Target:
 
 
 @dataclass(frozen=True)
+class Group:
+    """One stream: the nodes that lack the same layers, the layers left out of it, and its tree
+    ((node, parent) in pre-order; parent "" is the source)."""
+
+    omitted: tuple[str, ...]
+    edges: tuple[tuple[str, str], ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.edges)
+
+
+@dataclass(frozen=True)
 class DeliveryPlan:
     image: str
     image_id: str | None  # None only when the registry alone has it (the pulls must agree)
@@ -78,8 +135,10 @@ class DeliveryPlan:
     registry: str | None  # pull from this registry first
     source: str | None  # "local" or a node's name: where the stream starts; None: no stream possible
     via: str = "chain"
-    omitted: tuple[str, ...] = ()  # diff ids left out of the stream (held by every target)
+    omitted: tuple[str, ...] = ()  # diff ids held by every target (left out of every stream)
     conflicts: tuple[Target, ...] = field(default=())  # differing nodes, refused (no --force)
+    groups: tuple[Group, ...] = ()  # the streams: per set of layers lacked, a tree
+    fanout: int = 1
 
     @property
     def needed(self) -> bool:
@@ -105,25 +164,42 @@ class DeliveryPlan:
             lines.append("nothing to deliver")
             return "\n".join(lines) + "\n"
         source = "this machine (docker save)" if self.source == "local" else (
-            f"{self.source} (docker save, relayed through this machine)" if self.source else None)
+            f"{self.source} (docker save there, " + ("relayed through this machine)" if self.via == "launcher"
+                                                     else "sent from it directly)") if self.source else None)
         if self.registry:
             lines.append(f"source   registry {self.registry}: docker pull on every receiving node at once"
                          + (f"; a failed pull falls back to the stream from {source}" if source else ""))
         elif source:
             lines.append(f"source   {source}")
         if source:
-            if self.via == "chain":
-                lines.append("stream   " + " -> ".join(["this machine", *self.order])
-                             + "  (each node loads while it forwards; ssh -A)")
-            else:
-                lines.append("stream   this machine -> " + ", ".join(self.order) + "  (one stream per node)")
-            if self.omitted:
-                kept = len(self.diff_ids) - len(self.omitted)
-                lines.append(f"layers   {len(self.omitted)} of {len(self.diff_ids)} held by every receiving node: "
-                             f"not sent; {kept} sent")
-            else:
-                lines.append(f"layers   all {len(self.diff_ids)} sent")
+            root = "this machine" if self.source == "local" else self.source
+            for k, g in enumerate(self.groups):
+                tag = "stream  " if len(self.groups) == 1 else f"stream {k + 1}"
+                lines.extend(f"{tag} {line}" for line in self._tree_lines(g, root))
+                if self.omitted and len(self.groups) == 1:
+                    kept = len(self.diff_ids) - len(self.omitted)
+                    lines.append(f"layers   {len(self.omitted)} of {len(self.diff_ids)} held by every receiving node: "
+                                 f"not sent; {kept} sent")
+                elif g.omitted:
+                    lines.append(f"layers   {len(g.omitted)} of {len(self.diff_ids)} held by {', '.join(g.names)}: "
+                                 f"not sent to them; {len(self.diff_ids) - len(g.omitted)} sent")
+                else:
+                    lines.append(f"layers   all {len(self.diff_ids)} sent" + (f" to {', '.join(g.names)}"
+                                                                              if len(self.groups) > 1 else ""))
         return "\n".join(lines) + "\n"
+
+    def _tree_lines(self, g: Group, root: str) -> list[str]:
+        if self.via == "launcher":
+            return [f"{root} -> " + ", ".join(g.names) + "  (one stream per node)"]
+        note = "  (each node loads while it forwards; ssh -A)"
+        if all(parent == (g.edges[i - 1][0] if i else "") for i, (_, parent) in enumerate(g.edges)):
+            return [" -> ".join([root, *g.names]) + note]
+        kids: dict[str, list[str]] = {}
+        for name, parent in g.edges:
+            kids.setdefault(parent, []).append(name)
+        out = [f"tree, fan-out {self.fanout}, depth {depth(g.edges)}{note}", f"  {root} -> {g.names[0]}"]
+        out += [f"  {p} -> {', '.join(ns)}" for p, ns in kids.items() if p]
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready data (every plan keeps rlbox.core.plan.Plan)."""
@@ -147,11 +223,13 @@ class PlanError(ValueError):
 
 
 def plan(image: str, local: ImageFacts | None, nodes: tuple[NodeFacts, ...], *, registry: str | None = None,
-         force: bool = False, via: str = "chain", source: str | None = None) -> DeliveryPlan:
+         force: bool = False, via: str = "chain", source: str | None = None,
+         fanout: int | None = None) -> DeliveryPlan:
     """The delivery of ``image`` to ``nodes``. ``local``: this machine's image under the name
     (None: absent or no engine). ``registry``: the registry the reference names (pull first).
     ``source``: "local" or a node name to stream from (default: this machine, else the first node
-    holding the right image)."""
+    holding the right image). ``fanout``: each node forwards to at most this many (default
+    fanout_for the number of receiving nodes)."""
     if via not in STREAM_VIAS:
         raise PlanError(f"--via must be one of {', '.join(STREAM_VIAS)}, not {via!r}")
     names = [n.name for n in nodes]
@@ -195,24 +273,65 @@ def plan(image: str, local: ImageFacts | None, nodes: tuple[NodeFacts, ...], *, 
     if right is not None:
         stream_from = source or ("local" if local is not None else next(n.name for n in nodes if n.image == right))
     omitted: tuple[str, ...] = ()
+    groups: tuple[Group, ...] = ()
+    width = fanout if fanout is not None else fanout_for(len(targets))
     if right is not None and targets:
         by_name = {n.name: n for n in nodes}
-        chains = chain_ids(right.diff_ids)
-        held_by_all = 0
-        for k, chain in enumerate(chains):
-            if all(chain in by_name[t.name].chains for t in targets):
-                held_by_all = k + 1
-            else:
-                break
-        # A layer file is recognised in the stream by its content's digest: one that also sits
-        # higher up (the same layer twice) must travel for that place.
-        kept = set(right.diff_ids[held_by_all:])
-        omitted = tuple(d for d in right.diff_ids[:held_by_all] if d not in kept)
+        held = {t.name: _held(right.diff_ids, by_name[t.name].chains) for t in targets}
+        omitted = _left_out(right.diff_ids, min(held.values()))
+        if stream_from != "local":  # no filter on a node: one stream, every layer
+            held, omitted = dict.fromkeys(held, 0), ()
+        sets: dict[int, list[str]] = {}
+        for t in targets:
+            sets.setdefault(held[t.name], []).append(t.name)
+        groups = tuple(Group(_left_out(right.diff_ids, k),
+                             tree(part, width) if via == "chain" else tuple((n, "") for n in part))
+                       for k, ns in sets.items() for part in _parts(tuple(ns), via))
     return DeliveryPlan(
         image=image, image_id=right.id if right else None, diff_ids=right.diff_ids if right else (),
         size=right.size if right else 0, targets=tuple(targets), skipped=tuple(skipped), registry=registry,
-        source=stream_from, via=via, omitted=omitted, conflicts=tuple(conflicts),
+        source=stream_from, via=via, omitted=omitted, conflicts=tuple(conflicts), groups=groups, fanout=width,
     )
+
+
+def _parts(names: tuple[str, ...], via: str) -> list[tuple[str, ...]]:
+    """A tree's nodes in streams of at most STREAM_MAX (via launcher: one stream, every node its own)."""
+    if via != "chain":
+        return [names]
+    return [names[i:i + STREAM_MAX] for i in range(0, len(names), STREAM_MAX)]
+
+
+def _held(diff_ids: tuple[str, ...], chains: frozenset[str]) -> int:
+    """How many of the image's lowest layers a node holds (by chain id: each with all below it)."""
+    k = 0
+    for chain in chain_ids(diff_ids):
+        if chain not in chains:
+            break
+        k += 1
+    return k
+
+
+def _left_out(diff_ids: tuple[str, ...], held: int) -> tuple[str, ...]:
+    """The layer files a stream may leave out for nodes holding the lowest ``held`` layers. A file
+    is recognised in the stream by its content's digest: one that also sits higher up (the same
+    layer twice) must travel for that place."""
+    kept = set(diff_ids[held:])
+    return tuple(d for d in diff_ids[:held] if d not in kept)
+
+
+def group_of(p: DeliveryPlan, name: str) -> Group | None:
+    return next((g for g in p.groups if name in g.names), None)
+
+
+def regroup(p: DeliveryPlan, names: tuple[str, ...]) -> DeliveryPlan:
+    """The plan's streams for ``names`` only (the nodes whose pull failed), trees re-made."""
+    groups = []
+    for g in p.groups:
+        ns = tuple(n for n in g.names if n in names)
+        for part in _parts(ns, p.via) if ns else []:
+            edges = tree(part, p.fanout) if p.via == "chain" else tuple((n, "") for n in part)
+            groups.append(Group(g.omitted, edges))
+    return dataclasses.replace(p, groups=tuple(groups))
 
 
 def refusal(p: DeliveryPlan) -> str | None:

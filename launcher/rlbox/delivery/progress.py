@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlbox.cluster import delivery
-from rlbox.cluster.delivery import DeliveryPlan
+from rlbox.delivery import plan as delivery
+from rlbox.delivery.plan import DeliveryPlan
 
 Echo = Callable[[str], None]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, engine_problem, rlbox
-from rlbox.cluster import deliver
+from rlbox.delivery import execute as deliver
 from rlbox.cluster import spec as cluster_spec
 from rlbox.core.errors import RlboxError
 from support.engines import EngineHosts
@@ -249,10 +249,41 @@ def test_a_node_holding_it_is_the_source_when_this_machine_lacks_it(hosts, clust
     preload(hosts[0], image)
     subprocess.run(["docker", "image", "rm", image], check=True, capture_output=True)  # only the tag goes
     dry = rlbox("distribute", image, "--cluster", cluster, "--dry-run", check=True).stdout
-    assert f"source   {hosts[0].address} (docker save, relayed through this machine)" in dry, dry
-    rlbox("distribute", image, "--cluster", cluster, check=True)
+    assert f"source   {hosts[0].address} (docker save there, sent from it directly)" in dry, dry
+    assert f"stream   {hosts[0].address} -> {hosts[1].address} -> {hosts[2].address}" in dry, dry
+    done = rlbox("distribute", image, "--cluster", cluster, check=True).stderr
+    assert "sent" not in done.split("streamed to 2")[1].split(")")[0] or "(0 B sent)" in done, done  # none through here
     assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
     assert_no_leftovers()
+
+
+def test_ctrl_c_while_a_node_is_the_source_leaves_nothing(hosts, cluster, images):
+    """The source node's own docker save feeds the others directly; Ctrl-C here ends the launcher's
+    ssh to it, and then its save, its stream and every load below it."""
+    image = f"{TAG}-bigsrc:1"
+    subprocess.run(["docker", "tag", f"{TAG}-big:1", image], check=True)
+    try:
+        preload(hosts[0], image)
+    finally:
+        subprocess.run(["docker", "image", "rm", image], check=True, capture_output=True)
+    proc = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "distribute", image, "--cluster", str(cluster)],
+                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "receiving" in line:
+            break
+    time.sleep(3)  # mid-transfer: 180 MB take longer
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, "".join(seen) + rest
+    assert rest.strip().splitlines()[-1].startswith("rlbox: error: interrupted;"), rest
+    assert [h.image_id(image) for h in hosts[1:]] == [None, None]
+    assert_no_leftovers()
+    saves = subprocess.run(["pgrep", "-af", f"docker save -- {image}"], capture_output=True, text=True).stdout
+    assert [line for line in saves.splitlines() if "pgrep" not in line] == []
+    for h in hosts[1:]:  # nothing loaded half
+        assert h.docker("image", "ls", "-aq").stdout.strip() == ""
 
 
 def test_test_engines_leave_the_machines_docker0_alone(hosts):

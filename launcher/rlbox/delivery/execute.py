@@ -1,44 +1,43 @@
 """Image delivery, the executing half: gather what every node's engine holds, carry out a
-DeliveryPlan (rlbox.cluster.delivery), verify every node by image id.
+DeliveryPlan (rlbox.delivery.plan), verify every node by image id.
 
-Every command is an argv list; what runs on a node is one of three fixed scripts below, its
+Every command is an argv list; what runs on a node is a fixed script (GATHER_SCRIPT here, NODE_SCRIPT in
+rlbox.delivery.stream), its
 values passed as positional arguments and the whole quoted with shlex for the remote shell.
-A stream goes ``docker save`` (here or on a source node) -> this machine -> node 1 -> node 2 ...:
-on each node ``tee`` feeds a fifo read by ``docker load`` and the ssh to the next node, so every
-node loads while it forwards. Each node reports one line on stderr (``<marker> NODE loaded|failed
-...``), passed back up the chain. A failure or Ctrl-C ends the local processes; every node then
-sees its input end, its ``docker load`` fails on the truncated tar before registering anything
-(moby loads only after the whole tar is unpacked), and its script exits: nothing half-loaded,
-nothing left running. What did arrive is checked by image id afterwards.
+A stream goes ``docker save`` (here; filtered here when the group's nodes hold some layers) ->
+node 1 -> its children ... along the group's tree (delivery.tree), or from a source node's own
+``docker save`` to its children directly: on each node ``tee`` feeds a fifo read by ``docker load``
+and one ssh per child, so every node loads while it forwards. Each node reports one line on stderr
+(``<marker> NODE loaded|failed ...``), passed back up the tree. A failure or Ctrl-C ends the local
+processes; every node then sees its input end (a source node: the launcher's ssh closing), its
+``docker load`` fails on the truncated tar before registering anything (moby loads only after the
+whole tar is unpacked), and its script exits: nothing half-loaded, nothing left running. What
+did arrive is checked by image id afterwards.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import secrets
-import shlex
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from rlbox.cluster import delivery
-from rlbox.cluster.delivery import DeliveryPlan, ImageFacts, NodeFacts
-from rlbox.cluster.deliver_progress import Progress
-from rlbox.cluster.hosts import on_every, ssh_argv
+from rlbox.cluster.hosts import on_every
 from rlbox.cluster.spec import Host
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError, last_line
+from rlbox.delivery import plan as delivery
+from rlbox.delivery.plan import DeliveryPlan, ImageFacts, NodeFacts
+from rlbox.delivery.progress import Progress
+from rlbox.delivery.stream import Stream, on_host
 from rlbox.registry.reference import Reference
 
 Echo = Callable[[str], None]
-CHUNK = 1 << 20
 
 # What the engine holds: the image under the name (id, size, layers) and, asked for, the layers
 # of every image (what `docker load` may skip). Exit 3: no engine.
@@ -56,42 +55,6 @@ if [ "$2" = layers ]; then
     [ -z "$ids" ] || docker image inspect --format 'layers {{json .RootFS.Layers}}' $ids
 fi
 """
-
-# On one node: load stdin and, when hops follow, forward it to the next node while loading.
-# Arguments: $0 the marker every report line starts with, $1 this script's own text, $2 this
-# node's name, then per further node: its name, N, and the N words of the ssh argv reaching it
-# (ending in `-- [user@]host`). The next node's command is quoted here, from the plain values,
-# so its length grows by one hop's words per hop, never by nesting quotes.
-NODE_SCRIPT = r"""set -u
-self=$1; label=$2; shift 2
-say() { printf '%s %s %s\n' "$0" "$label" "$*" >&2; }
-q() { printf "'"; printf '%s' "$1" | sed "s/'/'\\\\''/g"; printf "'"; }
-dir=$(mktemp -d "${TMPDIR:-/tmp}/rlbox-deliver.XXXXXX") || { say failed cannot make a temporary directory; exit 1; }
-trap 'rm -rf "$dir"' EXIT
-trap 'exit 129' HUP INT TERM PIPE
-if [ $# -eq 0 ]; then
-    docker load >"$dir/out" 2>&1
-    rc=$?
-else
-    next=$1; n=$2; shift 2
-    i=0
-    while [ "$i" -lt "$n" ]; do set -- "$@" "$1"; shift; i=$((i + 1)); done
-    cmd="sh -c $(q "$self") $(q "$0") $(q "$self") $(q "$next")"
-    m=$(($# - n)); i=0
-    while [ "$i" -lt "$m" ]; do cmd="$cmd $(q "$1")"; shift; i=$((i + 1)); done
-    mkfifo "$dir/load" || { say failed cannot make a fifo; exit 1; }
-    docker load <"$dir/load" >"$dir/out" 2>&1 &
-    pid=$!
-    # GNU tee -p: an output that fails (this node's load, or the next node) is dropped and the
-    # other one still fed, so one bad node does not fail its neighbours
-    if tee -p </dev/null >/dev/null 2>&1; then tee -p "$dir/load"; else tee "$dir/load"; fi | "$@" "$cmd"
-    wait "$pid"
-    rc=$?
-fi
-if [ "$rc" -eq 0 ]; then say loaded "$(tail -n 1 "$dir/out")"; else say failed "$(tail -n 1 "$dir/out")"; fi
-exit "$rc"
-"""
-
 
 # ---------------------------------------------------------------------------------------------
 # Reaching an engine: this machine's, or a node's over ssh.
@@ -113,19 +76,6 @@ def unique_hosts(hosts: tuple[Host, ...]) -> dict[str, Host]:
         label = f"{h.name}:{h.ssh_port}" if names.count(h.name) > 1 and h.ssh_port else h.name
         out[label] = h
     return out
-
-
-def on_host(host: Host | None, words: list[str], *options: str) -> list[str]:
-    """The argv running ``words`` on ``host`` (None: this machine); over ssh, quoted for the remote shell."""
-    if host is None or host.local:
-        return list(words)
-    return ssh_argv(host, *options, command=[shlex.join(words)])
-
-
-def hop(host: Host) -> list[str]:
-    """The argv (without the command) a node runs to reach the next node: ssh with the forwarded
-    agent (-A), the cluster file's port, user and known_hosts, never a key file path of this machine."""
-    return ssh_argv(replace(host, identity_file=None), "-A")
 
 
 def _run(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
@@ -182,7 +132,8 @@ def check_image(image: str) -> Reference:
 
 
 def make_plan(image: str, hosts: tuple[Host, ...], *, force: bool = False, via: str = "chain",
-              source: str | None = None, pull: bool = True) -> tuple[DeliveryPlan, dict[str, Host]]:
+              source: str | None = None, pull: bool = True,
+              fanout: int | None = None) -> tuple[DeliveryPlan, dict[str, Host]]:
     """Gather every node's facts (layers only where the image is missing) and plan."""
     ref = check_image(image)
     by_label = unique_hosts(hosts)
@@ -196,188 +147,10 @@ def make_plan(image: str, hosts: tuple[Host, ...], *, force: bool = False, via: 
     registry = ref.registry if pull and ref.registry not in (None, "localhost") else None
     try:
         p = delivery.plan(image, local, first, registry=registry, force=force, via=via,
-                          source=source)
+                          source=source, fanout=fanout)
     except delivery.PlanError as err:
         raise RlboxError(str(err)) from None
     return p, by_label
-
-
-# ---------------------------------------------------------------------------------------------
-# The stream.
-
-
-def filtered(source, omit: frozenset[str]) -> Iterator[bytes]:
-    """The tar ``docker save`` writes, without the layer files whose content digest is in ``omit``.
-    A member is recognised by its content (a diff id is the digest of the uncompressed layer tar),
-    so the format of the save (20.10's folders or the OCI layout) does not matter."""
-    pending: list[bytes] = []
-
-    class Sink:
-        def write(self, data: bytes) -> int:
-            pending.append(bytes(data))
-            return len(data)
-
-    reader = tarfile.open(fileobj=source, mode="r|")
-    writer = tarfile.open(fileobj=Sink(), mode="w|", format=tarfile.PAX_FORMAT)
-    for member in reader:
-        if not member.isfile():
-            writer.addfile(member)
-        else:
-            with tempfile.SpooledTemporaryFile(max_size=16 << 20) as spool:
-                digest = hashlib.sha256()
-                data = reader.extractfile(member)
-                while chunk := data.read(CHUNK):
-                    digest.update(chunk)
-                    spool.write(chunk)
-                if f"sha256:{digest.hexdigest()}" not in omit:
-                    spool.seek(0)
-                    writer.addfile(member, spool)
-        while pending:
-            yield pending.pop(0)
-    writer.close()
-    reader.close()
-    while pending:
-        yield pending.pop(0)
-
-
-def raw(source) -> Iterator[bytes]:
-    while chunk := source.read(CHUNK):
-        yield chunk
-
-
-@dataclass
-class Sink:
-    """One ssh (or local shell) reading the stream: the head of a chain, or one node."""
-
-    argv: list[str]
-    names: tuple[str, ...]
-    proc: subprocess.Popen | None = None
-    lines: list[str] = field(default_factory=list)  # what it said that is not a report
-    reader: threading.Thread | None = None
-
-
-@dataclass
-class Stream:
-    plan: DeliveryPlan
-    hosts: dict[str, Host]
-    progress: Progress
-    env: dict[str, str]
-    marker: str = field(default_factory=lambda: f"rlbox-deliver-{secrets.token_hex(4)}")
-    results: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (loaded|failed, detail)
-    sinks: list[Sink] = field(default_factory=list)
-    source_proc: subprocess.Popen | None = None
-
-    def node_words(self, name: str, after: list[str]) -> list[str]:
-        """The first node's command; ``after``: the nodes it forwards to, each (name, N, N words)."""
-        words = ["sh", "-c", NODE_SCRIPT, self.marker, NODE_SCRIPT, name]
-        for n in after:
-            argv = hop(self.hosts[n])
-            words += [n, str(len(argv)), *argv]
-        return words
-
-    def build(self, names: tuple[str, ...]) -> None:
-        remote = [n for n in names if not self.hosts[n].local]
-        local = [n for n in names if self.hosts[n].local]
-        for n in local:
-            self.sinks.append(Sink(self.node_words(n, []), (n,)))
-        if self.plan.via == "launcher" or len(remote) < 2:
-            for n in remote:
-                self.sinks.append(Sink(on_host(self.hosts[n], self.node_words(n, [])), (n,)))
-            return
-        words = self.node_words(remote[0], remote[1:])
-        self.sinks.append(Sink(on_host(self.hosts[remote[0]], words, "-A"), tuple(remote)))
-
-    def _read_reports(self, sink: Sink) -> None:
-        for raw_line in sink.proc.stderr:
-            line = raw_line.decode(errors="replace").rstrip("\n")
-            if line.startswith(self.marker + " "):
-                _, name, rest = line.split(" ", 2)
-                state, _, detail = rest.partition(" ")
-                self.results[name] = (state, detail)
-                self.progress.set(name, "loaded" if state == "loaded" else "failed", detail if state != "loaded" else "")
-            elif line.strip():
-                sink.lines.append(line.strip())
-
-    def source_argv(self) -> list[str]:
-        words = ["docker", "save", "--", self.plan.image]
-        return words if self.plan.source == "local" else on_host(self.hosts[self.plan.source], words)
-
-    def run(self, names: tuple[str, ...]) -> None:
-        self.build(names)
-        try:
-            self.source_proc = subprocess.Popen(self.source_argv(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE, env=self.env)
-        except FileNotFoundError:
-            raise RlboxError("this machine: no docker CLI to save the image with") from None
-        for sink in self.sinks:
-            sink.proc = subprocess.Popen(sink.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, env=self.env)
-            sink.reader = threading.Thread(target=self._read_reports, args=(sink,), daemon=True)
-            sink.reader.start()
-            for n in sink.names:
-                self.progress.set(n, "receiving")
-        omit = frozenset(self.plan.omitted)
-        chunks = filtered(self.source_proc.stdout, omit) if omit else raw(self.source_proc.stdout)
-        broken: list[Sink] = []
-        for chunk in chunks:
-            for sink in self.sinks:
-                if sink in broken:
-                    continue
-                try:
-                    sink.proc.stdin.write(chunk)
-                except (BrokenPipeError, OSError):
-                    broken.append(sink)
-            if len(broken) == len(self.sinks):
-                break
-            self.progress.add(len(chunk))
-        for sink in self.sinks:
-            try:
-                sink.proc.stdin.close()
-            except OSError:
-                pass
-            if sink not in broken:
-                for n in sink.names:
-                    if n not in self.results:
-                        self.progress.set(n, "loading")
-        if len(broken) == len(self.sinks):  # no node reads any more: the save is not the cause
-            self.source_proc.terminate()
-            self.source_proc.wait()
-        save_err = self.source_proc.stderr.read().decode(errors="replace")
-        if len(broken) < len(self.sinks) and self.source_proc.wait() != 0:
-            self.stop()
-            where = "this machine" if self.plan.source == "local" else self.plan.source
-            raise RlboxError(f"{where}: docker save {self.plan.image} failed ({last_line(save_err)})")
-        for sink in self.sinks:
-            sink.proc.wait()
-            sink.reader.join(timeout=10)
-
-    def stop(self) -> None:
-        """End every local process of the stream (the nodes' scripts end on their input's end)."""
-        procs = [self.source_proc] + [s.proc for s in self.sinks]
-        for proc in procs:
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            if proc is None:
-                continue
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for sink in self.sinks:
-            if sink.reader is not None:
-                sink.reader.join(timeout=5)
-
-    def failures(self) -> dict[str, str]:
-        """Nodes that did not report ``loaded``, with why."""
-        out = {}
-        for sink in self.sinks:
-            for n in sink.names:
-                state, detail = self.results.get(n, ("", ""))
-                if state != "loaded":
-                    out[n] = detail or (sink.lines[-1] if sink.lines else "no report from the node")
-        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -456,9 +229,12 @@ def verify(plan: DeliveryPlan, hosts: dict[str, Host], names: tuple[str, ...]) -
     return {f.name: f.image.id if f.image else None for f in facts}
 
 
-def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bool = False) -> Report:
+def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bool = False,
+              mode: str = "load") -> Report:
     """Deliver the image to the plan's targets; verify each by image id; on any failure or
-    Ctrl-C end every process, say per node what it holds, and raise naming the nodes."""
+    Ctrl-C end every process, say per node what it holds, and raise naming the nodes.
+    ``mode="discard"`` (bench/distribute.py): every node reads the stream into `cat > /dev/null`
+    instead of `docker load`, nothing is verified: the topology's own cost."""
     refused = delivery.refusal(plan)
     if refused:
         raise RlboxError(refused)
@@ -466,7 +242,7 @@ def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bo
     progress = Progress(plan, echo, tty)
     pulled: list[str] = []
     remaining = plan.order
-    stream: Stream | None = None
+    streams: list[Stream] = []
     agent: Agent | None = None
     progress.start()
     try:
@@ -481,36 +257,42 @@ def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bo
         if remaining:
             chain = [hosts[n] for n in remaining if not hosts[n].local]
             via = plan.via
-            if via == "chain" and len(chain) > 1:
-                agent = agent_for(chain)
+            from_node = plan.source not in (None, "local")
+            if via == "chain" and (len(chain) > 1 or (chain and from_node)):
+                agent = agent_for(chain + ([hosts[plan.source]] if from_node else []))
                 if agent is None:
                     echo("no ssh agent to forward (no identity_file, no SSH_AUTH_SOCK): "
                          "streaming to each node from this machine")
                     via = "launcher"
-            stream = Stream(replace(plan, via=via), hosts, progress, agent.env if agent else dict(os.environ))
-            stream.run(remaining)
-            failures = stream.failures()
+            sub = delivery.regroup(replace(plan, via=via), remaining)
+            env = agent.env if agent else dict(os.environ)
+            streams = [Stream(sub, hosts, progress, env, group=g, mode=mode) for g in sub.groups]
+            _run_all(streams)
+            failures = {n: why for s in streams for n, why in s.failures().items()}
             if failures:
                 raise RlboxError("; ".join(f"{n}: load failed ({why})" for n, why in failures.items()))
     except KeyboardInterrupt:
         engine.ignore_interrupts()  # one cleanup, to its end, however often Ctrl-C is pressed
-        if stream is not None:
-            stream.stop()
+        for s in streams:
+            s.stop()
         progress.stop()
         raise RlboxError("interrupted; " + _aftermath(plan, hosts), exit_code=130) from None
     except RlboxError as err:
-        if stream is not None:
-            stream.stop()
+        for s in streams:
+            s.stop()
         progress.stop()
         raise RlboxError(f"{err}; {_aftermath(plan, hosts)}") from None
     except BaseException:
-        if stream is not None:
-            stream.stop()
+        for s in streams:
+            s.stop()
         raise
     finally:
         progress.stop()
         if agent is not None and agent.pid:
             agent.close()
+    sent = progress.sent
+    if mode == "discard":
+        return Report(tuple(n for n in plan.order if n not in pulled), tuple(pulled), time.monotonic() - started, sent)
     now = verify(plan, hosts, plan.order)
     want = plan.image_id or next(iter(now.values()), None)
     wrong = {n: i for n, i in now.items() if i != want}
@@ -520,8 +302,31 @@ def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bo
             + f" under {plan.image}, not {delivery.short(want)}")
     for n in plan.order:
         progress.set(n, "verified", delivery.short(want))
-    sent = stream.progress.sent if stream else 0
     return Report(tuple(n for n in plan.order if n not in pulled), tuple(pulled), time.monotonic() - started, sent)
+
+
+def _run_all(streams: list[Stream]) -> None:
+    """Run every group's stream at once (one thread each when there are several); the first
+    error is raised once all have ended. Ctrl-C reaches this thread, never a stream's."""
+    if len(streams) == 1:
+        streams[0].run()
+        return
+    errors: list[BaseException] = []
+
+    def one(s: Stream) -> None:
+        try:
+            s.run()
+        except BaseException as err:  # noqa: BLE001 - raised below, in this thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=one, args=(s,), daemon=True) for s in streams]
+    for th in threads:
+        th.start()
+    for th in threads:
+        while th.is_alive():
+            th.join(timeout=0.2)
+    if errors:
+        raise errors[0]
 
 
 def _aftermath(plan: DeliveryPlan, hosts: dict[str, Host]) -> str:

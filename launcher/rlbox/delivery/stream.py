@@ -1,0 +1,346 @@
+"""Image delivery's streams: the script each node runs (tee into its load and to its children in
+the tree), the argv that reaches a node, the tar filter that leaves held layers out, and Stream,
+one group's stream from the source down its tree. The rules are in rlbox.delivery.plan; what
+carries a plan out is rlbox.delivery.execute."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import shlex
+import subprocess
+import tarfile
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from rlbox.cluster.hosts import ssh_argv
+from rlbox.cluster.spec import Host
+from rlbox.core.errors import RlboxError, last_line
+from rlbox.delivery import plan as delivery
+from rlbox.delivery.plan import DeliveryPlan
+from rlbox.delivery.progress import Progress
+
+CHUNK = 1 << 20
+
+# On one node: load stdin and forward it to this node's children in the tree while loading.
+# Arguments: $0 the marker every report line starts with, $1 this script's own text, $2 this
+# node's name, $3 what a node does with the stream (load: `docker load`; discard: `cat >
+# /dev/null`, the bench's sink), $4 "-", or on a node that is the source the image to `docker
+# save` (it then loads nothing), $5 P, then P hop prefixes (each the ssh argv up to and including
+# `--`, shell-quoted as one word: nodes with the same ssh settings share one), then this node's
+# descendants in pre-order, each 4 words: its name, the size of its subtree (itself included),
+# the number of its hop prefix, and its `[user@]host`. A child's command is quoted here from the
+# plain values: it grows by 4 short words per descendant (about 50 bytes; 50 KB at 1,000 nodes,
+# under the kernel's 128 KB for one argument), never by nesting quotes.
+NODE_SCRIPT = r"""set -u
+self=$1; label=$2; mode=$3; image=$4; np=$5; shift 5
+say() { printf '%s %s %s\n' "$0" "$label" "$*" >&2; }
+q() { printf "'"; printf '%s' "$1" | sed "s/'/'\\\\''/g"; printf "'"; }
+sink() { if [ "$mode" = discard ]; then cat >/dev/null; else docker load; fi; }
+dir=$(mktemp -d "${TMPDIR:-/tmp}/rlbox-deliver.XXXXXX") || { say failed cannot make a temporary directory; exit 1; }
+pids=""
+trap 'rm -rf "$dir"' EXIT
+trap 'for p in $pids; do kill "$p" 2>/dev/null; done; exit 129' HUP INT TERM PIPE
+pfx=""; i=0
+while [ "$i" -lt "$np" ]; do i=$((i + 1)); eval "pfx_$i=\$1"; pfx="$pfx $(q "$1")"; shift; done
+kids=0
+while [ $# -gt 0 ]; do
+    name=$1; size=$2; k=$3; target=$4; shift 4
+    case $k in *[!0-9]*|'') say failed bad hop number; exit 1 ;; esac
+    eval "hop=\$pfx_$k"
+    rest=""; j=1
+    while [ "$j" -lt "$size" ]; do rest="$rest $(q "$1") $(q "$2") $(q "$3") $(q "$4")"; shift 4; j=$((j + 1)); done
+    kids=$((kids + 1))
+    mkfifo "$dir/k$kids" || { say failed cannot make a fifo; exit 1; }
+    cmd="sh -c $(q "$self") $(q "$0") $(q "$self") $(q "$name") $(q "$mode") - $np$pfx$rest"
+    eval "$hop $(q "$target") \"\$cmd\"" <"$dir/k$kids" &
+    pids="$pids $!"
+done
+i=0
+while [ "$i" -lt "$kids" ]; do i=$((i + 1)); set -- "$@" "$dir/k$i"; done
+# GNU tee -p: an output that fails (this node's load, or a child) is dropped and the others are
+# still fed, so one bad node does not fail its neighbours
+p=; if tee -p </dev/null >/dev/null 2>&1; then p=-p; fi
+if [ "$image" != - ]; then
+    # the source: its own docker save, to its children directly; its input is the launcher's ssh,
+    # which only ever closes: then (Ctrl-C, a failure there) the save and the stream stop
+    mkfifo "$dir/in" || { say failed cannot make a fifo; exit 1; }
+    docker save -- "$image" >"$dir/in" 2>"$dir/out" &
+    save=$!
+    tee $p "$@" <"$dir/in" >/dev/null &
+    feed=$!
+    pids="$pids $save $feed"
+    exec 3<&0
+    { cat <&3 >/dev/null 2>&1; for c in $pids; do kill "$c" 2>/dev/null; done; } &
+    watch=$!
+    wait "$save"; rc=$?
+    wait "$feed"
+    kill "$watch" 2>/dev/null
+    for c in $pids; do wait "$c"; done
+    if [ "$rc" -eq 0 ]; then say saved; else say failed "docker save: $(tail -n 1 "$dir/out")"; fi
+    exit "$rc"
+fi
+if [ "$kids" -eq 0 ]; then
+    sink >"$dir/out" 2>&1
+    rc=$?
+else
+    mkfifo "$dir/load" || { say failed cannot make a fifo; exit 1; }
+    sink <"$dir/load" >"$dir/out" 2>&1 &
+    load=$!
+    tee $p "$dir/load" "$@" >/dev/null
+    wait "$load"
+    rc=$?
+    for c in $pids; do wait "$c"; done
+fi
+if [ "$rc" -eq 0 ]; then say loaded "$(tail -n 1 "$dir/out")"; else say failed "$(tail -n 1 "$dir/out")"; fi
+exit "$rc"
+"""
+
+
+
+def on_host(host: Host | None, words: list[str], *options: str) -> list[str]:
+    """The argv running ``words`` on ``host`` (None: this machine); over ssh, quoted for the remote shell."""
+    if host is None or host.local:
+        return list(words)
+    return ssh_argv(host, *options, command=[shlex.join(words)])
+
+
+def entries(edges: tuple[tuple[str, str], ...], hops: dict[str, list[str]]) -> list[str]:
+    """NODE_SCRIPT's tree arguments: P, the P distinct hop prefixes (each quoted as one word),
+    then per node of ``edges`` (pre-order, a subtree's root first) its name, the size of its
+    subtree, its prefix's number and the word after ``--`` in its hop."""
+    size = dict.fromkeys((n for n, _ in edges), 1)
+    for name, parent in reversed(edges):
+        if parent in size:
+            size[parent] += size[name]
+    prefixes: dict[str, int] = {}
+    words: list[str] = []
+    for name, _ in edges:
+        argv = hops[name]
+        prefix = shlex.join(argv[:-1])
+        number = prefixes.setdefault(prefix, len(prefixes) + 1)
+        words += [name, str(size[name]), str(number), argv[-1]]
+    return [str(len(prefixes)), *prefixes, *words]
+
+
+def hop(host: Host) -> list[str]:
+    """The argv (without the command) a node runs to reach the next node: ssh with the forwarded
+    agent (-A), the cluster file's port, user and known_hosts, never a key file path of this machine."""
+    return ssh_argv(replace(host, identity_file=None), "-A")
+
+
+# ---------------------------------------------------------------------------------------------
+# The stream.
+
+
+def filtered(source, omit: frozenset[str]) -> Iterator[bytes]:
+    """The tar ``docker save`` writes, without the layer files whose content digest is in ``omit``.
+    A member is recognised by its content (a diff id is the digest of the uncompressed layer tar),
+    so the format of the save (20.10's folders or the OCI layout) does not matter."""
+    pending: list[bytes] = []
+
+    class Sink:
+        def write(self, data: bytes) -> int:
+            pending.append(bytes(data))
+            return len(data)
+
+    reader = tarfile.open(fileobj=source, mode="r|")
+    writer = tarfile.open(fileobj=Sink(), mode="w|", format=tarfile.PAX_FORMAT)
+    for member in reader:
+        if not member.isfile():
+            writer.addfile(member)
+        else:
+            with tempfile.SpooledTemporaryFile(max_size=16 << 20) as spool:
+                digest = hashlib.sha256()
+                data = reader.extractfile(member)
+                while chunk := data.read(CHUNK):
+                    digest.update(chunk)
+                    spool.write(chunk)
+                if f"sha256:{digest.hexdigest()}" not in omit:
+                    spool.seek(0)
+                    writer.addfile(member, spool)
+        while pending:
+            yield pending.pop(0)
+    writer.close()
+    reader.close()
+    while pending:
+        yield pending.pop(0)
+
+
+def raw(source) -> Iterator[bytes]:
+    while chunk := source.read(CHUNK):
+        yield chunk
+
+
+@dataclass
+class Sink:
+    """One ssh (or local shell) reading the stream: the head of a chain, or one node."""
+
+    argv: list[str]
+    names: tuple[str, ...]
+    proc: subprocess.Popen | None = None
+    lines: list[str] = field(default_factory=list)  # what it said that is not a report
+    reader: threading.Thread | None = None
+
+
+@dataclass
+class Stream:
+    """One group's stream (delivery.Group): the source's ``docker save`` (filtered here when layers
+    are left out), down the group's tree; or, when the source is a node, that node's own save sent
+    to its children directly (this machine only starts it, and ends it on Ctrl-C)."""
+
+    plan: DeliveryPlan
+    hosts: dict[str, Host]
+    progress: Progress
+    env: dict[str, str]
+    group: delivery.Group | None = None  # None: the plan's only group
+    mode: str = "load"  # or "discard": the bench's `cat > /dev/null` instead of docker load
+    marker: str = field(default_factory=lambda: f"rlbox-deliver-{secrets.token_hex(4)}")
+    results: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (loaded|failed, detail)
+    sinks: list[Sink] = field(default_factory=list)
+    source_proc: subprocess.Popen | None = None
+    direct: bool = False  # the source node sends to its children itself
+
+    def __post_init__(self):
+        if self.group is None and self.plan.groups:
+            self.group = self.plan.groups[0]
+
+    def node_words(self, name: str, after: list[str] | tuple = (), image: str = "-") -> list[str]:
+        """A node's command; ``after``: entries() of its descendants (hop prefixes, then 4 words each)."""
+        return ["sh", "-c", NODE_SCRIPT, self.marker, NODE_SCRIPT, name, self.mode, image, *(after or ["0"])]
+
+    def entries(self, edges: tuple[tuple[str, str], ...]) -> list[str]:
+        """The hop prefixes and the pre-order entries of ``edges`` (a subtree, root first)."""
+        return entries(edges, {name: hop(self.hosts[name]) for name, _ in edges})
+
+    def build(self, names: tuple[str, ...]) -> None:
+        remote = tuple(n for n in names if not self.hosts[n].local)
+        for n in names:
+            if self.hosts[n].local:
+                self.sinks.append(Sink(self.node_words(n), (n,)))
+        if not remote:
+            return
+        if self.plan.via == "launcher":
+            for n in remote:
+                self.sinks.append(Sink(on_host(self.hosts[n], self.node_words(n)), (n,)))
+            return
+        edges = delivery.tree(remote, self.plan.fanout)
+        if self.plan.source not in (None, "local"):  # the source node feeds the tree itself
+            self.direct = True
+            src = self.hosts[self.plan.source]
+            words = self.node_words(self.plan.source, self.entries(edges), image=self.plan.image)
+            self.sinks.append(Sink(on_host(src, words, "-A"), remote))
+            return
+        if len(remote) == 1:
+            self.sinks.append(Sink(on_host(self.hosts[remote[0]], self.node_words(remote[0])), remote))
+            return
+        words = self.node_words(remote[0], self.entries(edges[1:]))
+        self.sinks.append(Sink(on_host(self.hosts[remote[0]], words, "-A"), remote))
+
+    def _read_reports(self, sink: Sink) -> None:
+        for raw_line in sink.proc.stderr:
+            line = raw_line.decode(errors="replace").rstrip("\n")
+            if line.startswith(self.marker + " "):
+                _, name, rest = line.split(" ", 2)
+                state, _, detail = rest.partition(" ")
+                if name == self.plan.source and name not in sink.names:  # the source node's own report
+                    if state != "saved":
+                        sink.lines.append(f"{name}: {detail}")
+                    continue
+                self.results[name] = (state, detail)
+                self.progress.set(name, "loaded" if state == "loaded" else "failed", detail if state != "loaded" else "")
+            elif line.strip():
+                sink.lines.append(line.strip())
+
+    def source_argv(self) -> list[str]:
+        words = ["docker", "save", "--", self.plan.image]
+        return words if self.plan.source == "local" else on_host(self.hosts[self.plan.source], words)
+
+    def _start(self, sink: Sink) -> None:
+        sink.proc = subprocess.Popen(sink.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, env=self.env)
+        sink.reader = threading.Thread(target=self._read_reports, args=(sink,), daemon=True)
+        sink.reader.start()
+        for n in sink.names:
+            self.progress.set(n, "receiving")
+
+    def run(self, names: tuple[str, ...] | None = None) -> None:
+        self.build(names if names is not None else self.group.names)
+        if self.direct:  # nothing passes through here: start it, wait for it
+            for sink in self.sinks:
+                self._start(sink)
+            for sink in self.sinks:
+                sink.proc.wait()
+                sink.reader.join(timeout=10)
+            return
+        try:
+            self.source_proc = subprocess.Popen(self.source_argv(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE, env=self.env)
+        except FileNotFoundError:
+            raise RlboxError("this machine: no docker CLI to save the image with") from None
+        for sink in self.sinks:
+            self._start(sink)
+        omit = frozenset(self.group.omitted if self.group else self.plan.omitted)
+        chunks = filtered(self.source_proc.stdout, omit) if omit else raw(self.source_proc.stdout)
+        broken: list[Sink] = []
+        for chunk in chunks:
+            for sink in self.sinks:
+                if sink in broken:
+                    continue
+                try:
+                    sink.proc.stdin.write(chunk)
+                except (BrokenPipeError, OSError):
+                    broken.append(sink)
+            if len(broken) == len(self.sinks):
+                break
+            self.progress.add(len(chunk))
+        for sink in self.sinks:
+            try:
+                sink.proc.stdin.close()
+            except OSError:
+                pass
+            if sink not in broken:
+                for n in sink.names:
+                    if n not in self.results:
+                        self.progress.set(n, "loading")
+        if len(broken) == len(self.sinks):  # no node reads any more: the save is not the cause
+            self.source_proc.terminate()
+            self.source_proc.wait()
+        save_err = self.source_proc.stderr.read().decode(errors="replace")
+        if len(broken) < len(self.sinks) and self.source_proc.wait() != 0:
+            self.stop()
+            where = "this machine" if self.plan.source == "local" else self.plan.source
+            raise RlboxError(f"{where}: docker save {self.plan.image} failed ({last_line(save_err)})")
+        for sink in self.sinks:
+            sink.proc.wait()
+            sink.reader.join(timeout=10)
+
+    def stop(self) -> None:
+        """End every local process of the stream (the nodes' scripts end on their input's end)."""
+        procs = [self.source_proc] + [s.proc for s in self.sinks]
+        for proc in procs:
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for sink in self.sinks:
+            if sink.reader is not None:
+                sink.reader.join(timeout=5)
+
+    def failures(self) -> dict[str, str]:
+        """Nodes that did not report ``loaded``, with why."""
+        out = {}
+        for sink in self.sinks:
+            for n in sink.names:
+                state, detail = self.results.get(n, ("", ""))
+                if state != "loaded":
+                    out[n] = detail or (sink.lines[-1] if sink.lines else "no report from the node")
+        return out
