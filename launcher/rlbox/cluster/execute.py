@@ -520,7 +520,7 @@ def _follow(client: jobs.JobsClient, submission: str, cluster: Cluster, log_path
                         run.resumed(step, echo)
 
             try:
-                return client.follow(submission, both, tick=watcher.check)
+                return client.follow(submission, both, tick=watcher.check, stop_on_loss=True)
             except jobs.LostContact as lost:
                 watcher.check(force=True)  # a lost head is named as such
                 raise RlboxError(f"{lost}; every node was cleaned up") from None

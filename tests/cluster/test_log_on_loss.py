@@ -1,0 +1,88 @@
+"""Issue 27: the job's log is complete across a restart. A worker is killed (SIGKILL to its
+container's init, as a host dying) within 0.5 s of the driver printing a verl-style step line, on two
+simulated nodes with --max-restarts 1; every step is in the run's log and in `rlbox metrics`, the
+attempt's end before the next attempt's start.
+
+CI runs it once; `make log-on-loss` runs it 10 times under load (RLBOX_LOG_LOSS_REPEAT, with CPU
+burners started by the Makefile rule) and prints each repetition's figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import docker
+import pytest
+
+from conftest import rlbox
+from support.engine import leftovers, remove_test_runs
+from support.job_run import Run
+
+pytestmark = pytest.mark.engine
+
+REPEAT = int(os.environ.get("RLBOX_LOG_LOSS_REPEAT", "1"))
+# NPU ids of the simulated nodes (RLBOX_TEST_DEVICES, e.g. 12-13): beside other runs on a shared engine
+DEVICES = ("--devices", os.environ["RLBOX_TEST_DEVICES"]) if os.environ.get("RLBOX_TEST_DEVICES") else ()
+STEPS, KILL_AT = 6, 3
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers_between_tests():
+    yield
+    remove_test_runs("t27-")
+
+
+def _line_of(marker) -> dict | None:
+    try:
+        return json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize("rep", range(REPEAT))
+def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs, tmp_path, rep):
+    name = f"t27-steplog{rep}"
+    shared = tmp_path / "shared"
+    run = Run(runs, shared, name, STEPS, "--max-restarts", "1", *DEVICES, pause=0.3, verl=True)
+    marker = shared / "ckpt.json.line"
+    deadline = time.monotonic() + 240
+    worker_pid = None
+    while time.monotonic() < deadline and run.proc.poll() is None:
+        if worker_pid is None and (runs / name / "state.json").exists():
+            try:  # the worker's init, looked up before the moment: the kill is one system call
+                worker_pid = docker.from_env().containers.get(run.container(1)).attrs["State"]["Pid"] or None
+            except (docker.errors.NotFound, KeyError, IndexError, ValueError):
+                pass
+        line = _line_of(marker)
+        if line and line["step"] >= KILL_AT and worker_pid:
+            break
+        time.sleep(0.005)
+    else:
+        run.proc.kill()
+        pytest.fail(f"step {KILL_AT} never came:\n{run.stderr()[-3000:]}")
+    os.kill(worker_pid, signal.SIGKILL)
+    delay = time.time() - line["t"]
+    code = run.finish(timeout=300)
+    err = run.stderr()
+    state = run.state()
+    log_text = (runs / name / f"{state['run_id']}.log").read_text()
+    metrics = rlbox("metrics", name, "--runs-dir", runs, "--json")
+    steps = [r["step"] for r in json.loads(metrics.stdout)["records"]] if metrics.returncode == 0 else []
+    print(f"\nrep {rep}: worker killed {delay:.3f} s after the line of step {line['step']}; exit {code}; "
+          f"steps in the log {sorted({n for n in range(1, STEPS + 1) if f'step:{n} - ' in log_text})}; "
+          f"in rlbox metrics {steps}; restarts {[(r['cause'][:40], r['resumed_step']) for r in state['restarts']]}")
+    assert delay < 0.5, f"the kill came {delay:.3f} s after the step line"
+    assert code == 0, err[-3000:]
+    assert "restart 1/1: node1 (sim1), the worker, was lost" in err, err[-3000:]
+    for n in range(1, STEPS + 1):
+        assert f"step:{n} - training/nodes:" in log_text, log_text[-3000:]
+    assert steps == list(range(1, STEPS + 1)), metrics.stdout[-2000:] + metrics.stderr
+    # the first attempt's last step is written before the second attempt's first line
+    resumed = log_text.index("Setting global step to")
+    assert f"step:{line['step']} - " in log_text[:resumed], log_text[-3000:]
+    assert state["status"] == "SUCCEEDED" and state["phase"] == "removed"
+    assert "Traceback" not in err
+    assert leftovers(name) == []
+
