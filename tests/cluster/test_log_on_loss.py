@@ -86,3 +86,31 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
     assert "Traceback" not in err
     assert leftovers(name) == []
 
+
+def test_a_detached_run_keeps_its_log_when_the_head_dies_before_anyone_asks(runs, tmp_path):
+    """`rlbox run --detach`, then the head killed before any `status`, `logs` or `stop`: the follower
+    started at submission has the job's log up to the kill in runs/NAME/, and says where it ends and why."""
+    name = "t27-detach"
+    run = Run(runs, tmp_path / "shared", name, 40, "--detach", *DEVICES, pause=0.3, verl=True)
+    assert run.finish(timeout=300) == 0, run.stderr()[-3000:]
+    assert "by a follower (pid" in run.stderr()
+    state = run.state()
+    log = runs / name / f"{state['run_id']}.log"
+    deadline = time.monotonic() + 120
+    while "step:2 - " not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(docker.from_env().containers.get(run.container(0)).attrs["State"]["Pid"], signal.SIGKILL)
+    killed = time.monotonic()
+    pid_file = log.with_suffix(".follower")
+    while pid_file.exists() and time.monotonic() - killed < 30:
+        time.sleep(0.1)
+    ended_after = time.monotonic() - killed
+    text = log.read_text()
+    print(f"\nfollower ended {ended_after:.1f} s after the head's kill; its log's last line: {text.splitlines()[-1]!r}")
+    assert not pid_file.exists(), text[-2000:]
+    assert "step:1 - " in text and "step:2 - " in text, text[-2000:]
+    assert text.splitlines()[-1].startswith("rlbox: the job's log ends here: node0 (sim0), the Ray head, was lost"), text[-2000:]
+    stop = rlbox("stop", "--name", name, "--runs-dir", runs)
+    assert stop.returncode == 0, stop.stderr
+    assert log.read_text().startswith(text[:200])  # the stop (the head gone) left the follower's copy
+    assert leftovers(name) == []

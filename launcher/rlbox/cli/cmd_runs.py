@@ -32,6 +32,10 @@ def _keep_log(state, client: JobsClient) -> str | None:
     has no other); the reason when it cannot be taken."""
     if not (state.submission_id and state.log):
         return None
+    from rlbox.cluster import follower
+
+    if follower.alive(Path(state.log)):  # a detached run's follower writes the log: it is complete there
+        return None
     try:
         client.save_log(state.submission_id, Path(state.log))
     except (RlboxError, OSError) as err:
@@ -142,6 +146,10 @@ def stop_cmd(name, runs_dir):
     nodes = connect_all(state.hosts())
     try:
         kept = None
+        if state.submission_id and state.log:
+            from rlbox.cluster import follower
+
+            follower.stop(Path(state.log))  # then the head's whole log, where the head still answers
         if state.submission_id and state.phase in LIVE:
             kept = _keep_log(state, JobsClient(state.dashboard(nodes[0]), timeout=5.0))
         removed = remove_run(nodes, name, state.network_name)
