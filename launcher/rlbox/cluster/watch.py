@@ -28,7 +28,7 @@ from rlbox.core.errors import RlboxError
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 GONE = "gone"  # the container no longer exists
 UNREACHABLE = "unreachable"  # its engine does not answer
-ENGINE_PATIENCE = 4.0  # seconds an engine may not answer before its node counts as lost
+ENGINE_PATIENCE = 3.5  # seconds an engine may not answer before its node counts as lost
 LOOK_WAIT = 1.0  # seconds a look waits for the engines' answers; a call still out then is an engine not answering
 DASHBOARD_PATIENCE = 10.0  # seconds the head's dashboard may not answer while its container runs
 _REPORTED = re.compile(r"^rlbox-node: (head|worker) on (\S+) \(", re.MULTILINE)
