@@ -28,7 +28,8 @@ from rlbox.core.errors import RlboxError
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 GONE = "gone"  # the container no longer exists
 UNREACHABLE = "unreachable"  # its engine does not answer
-ENGINE_PATIENCE = 3.5  # seconds an engine may not answer before its node counts as lost
+ENGINE_PATIENCE = 3.0  # seconds an engine may not answer before its node counts as lost
+TABLE_TIMEOUT = 2.0  # seconds Ray's node table may take
 LOOK_WAIT = 1.0  # seconds a look waits for the engines' answers; a call still out then is an engine not answering
 DASHBOARD_PATIENCE = 10.0  # seconds the head's dashboard may not answer while its container runs
 _REPORTED = re.compile(r"^rlbox-node: (head|worker) on (\S+) \(", re.MULTILINE)
@@ -168,6 +169,7 @@ class Watch:
         self._silent_since: dict[int, float] = {}
         self._dashboard_down_since: float | None = None
         self._pending: dict[int, _Call] = {}  # per node, its engine call still out
+        self._table_call: _Call | None = None  # Ray's node table, asked and not answered yet
 
     def _box(self, index: int) -> Box:
         node = self.nodes[index]
@@ -194,7 +196,7 @@ class Watch:
         if not self.dashboard:
             return None
         try:
-            table = ray.nodes(self.dashboard, timeout=2.0)
+            table = ray.nodes(self.dashboard, timeout=TABLE_TIMEOUT)
         except (requests.RequestException, KeyError, ValueError):
             self._dashboard_down_since = self._dashboard_down_since or self.clock()
             return None
@@ -227,9 +229,23 @@ class Watch:
         return boxes
 
     def look(self) -> Loss | None:
-        """Gather the facts now and judge them."""
+        """Gather the facts now and judge them. Ray's table is asked beside the engines and waited
+        for as long as they are (LOOK_WAIT): a dashboard behind a cut network does not slow the look;
+        one whose answer is out for TABLE_TIMEOUT counts as silent from when it was asked."""
+        if self.dashboard and self._table_call is None:
+            self._table_call = _Call(lambda _: self._table(), 0, self.clock())
+        started = time.monotonic()
         boxes = self.boxes()
-        table = self._table()
+        table, call = None, self._table_call
+        if call is not None:
+            call.done.wait(max(0.0, LOOK_WAIT - (time.monotonic() - started)))
+            if call.done.is_set():
+                self._table_call = None
+                if call.error is not None:
+                    raise call.error
+                table = call.result
+            elif self.clock() - call.began >= TABLE_TIMEOUT:
+                self._dashboard_down_since = self._dashboard_down_since or call.began
         down = self.clock() - self._dashboard_down_since if self._dashboard_down_since else 0.0
         return judge(self.expected, boxes, table, down)
 
