@@ -1,6 +1,6 @@
 """Issue 27: the job's log is complete across a restart. A worker is killed (SIGKILL to its
 container's init, as a host dying) within 0.5 s of the driver printing a verl-style step line, on two
-simulated nodes with --max-restarts 1; every step is in the run's log and in `rlbox metrics`, the
+simulated nodes with --max-restarts 2; every step is in the run's log and in `rlbox metrics`, the
 attempt's end before the next attempt's start.
 
 CI runs it once; `make log-on-loss` runs it 10 times under load (RLBOX_LOG_LOSS_REPEAT, with CPU
@@ -45,7 +45,7 @@ def _line_of(marker) -> dict | None:
 def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs, tmp_path, rep):
     name = f"t27-steplog{rep}"
     shared = tmp_path / "shared"
-    run = Run(runs, shared, name, STEPS, "--max-restarts", "1", *DEVICES, pause=0.3, verl=True)
+    run = Run(runs, shared, name, STEPS, "--max-restarts", "2", *DEVICES, pause=0.3, verl=True)
     marker = shared / "ckpt.json.line"
     deadline = time.monotonic() + 240
     worker_pid = None
@@ -75,7 +75,8 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
           f"in rlbox metrics {steps}; restarts {[(r['cause'][:40], r['resumed_step']) for r in state['restarts']]}")
     assert delay < 0.5, f"the kill came {delay:.3f} s after the step line"
     assert code == 0, err[-3000:]
-    assert "restart 1/1: node1 (sim1), the worker, was lost" in err, err[-3000:]
+    # (a second restart only where Ray's own start-up timed out under load: docs/testbed.md, troubleshooting)
+    assert "restart 1/2: node1 (sim1), the worker, was lost" in err, err[-3000:]
     for n in range(1, STEPS + 1):
         assert f"step:{n} - training/nodes:" in log_text, log_text[-3000:]
     assert steps == list(range(1, STEPS + 1)), metrics.stdout[-2000:] + metrics.stderr
@@ -91,7 +92,7 @@ def test_a_detached_run_keeps_its_log_when_the_head_dies_before_anyone_asks(runs
     """`rlbox run --detach`, then the head killed before any `status`, `logs` or `stop`: the follower
     started at submission has the job's log up to the kill in runs/NAME/, and says where it ends and why."""
     name = "t27-detach"
-    run = Run(runs, tmp_path / "shared", name, 40, "--detach", *DEVICES, pause=0.3, verl=True)
+    run = Run(runs, tmp_path / "shared", name, 40, "--detach", "--max-restarts", "1", *DEVICES, pause=0.3, verl=True)
     assert run.finish(timeout=300) == 0, run.stderr()[-3000:]
     assert "by a follower (pid" in run.stderr()
     state = run.state()
