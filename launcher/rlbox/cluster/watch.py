@@ -209,11 +209,13 @@ class Watch:
         and its node counted as not answering since the call began, so a host cut off is named after
         ENGINE_PATIENCE, not after the client's timeout; its next call goes out once it has returned."""
         now = self.clock()
+        fresh = []
         for i in range(len(self.nodes)):
             if i not in self._pending:
                 self._pending[i] = _Call(self._box, i, now)
+                fresh.append(self._pending[i])
         deadline = time.monotonic() + LOOK_WAIT
-        for call in list(self._pending.values()):
+        for call in fresh:  # a call already out at an earlier look is not waited for again
             call.done.wait(max(0.0, deadline - time.monotonic()))
         boxes = []
         for i in range(len(self.nodes)):
@@ -232,13 +234,15 @@ class Watch:
         """Gather the facts now and judge them. Ray's table is asked beside the engines and waited
         for as long as they are (LOOK_WAIT): a dashboard behind a cut network does not slow the look;
         one whose answer is out for TABLE_TIMEOUT counts as silent from when it was asked."""
+        asked = False
         if self.dashboard and self._table_call is None:
-            self._table_call = _Call(lambda _: self._table(), 0, self.clock())
+            self._table_call, asked = _Call(lambda _: self._table(), 0, self.clock()), True
         started = time.monotonic()
         boxes = self.boxes()
         table, call = None, self._table_call
         if call is not None:
-            call.done.wait(max(0.0, LOOK_WAIT - (time.monotonic() - started)))
+            if asked:
+                call.done.wait(max(0.0, LOOK_WAIT - (time.monotonic() - started)))
             if call.done.is_set():
                 self._table_call = None
                 if call.error is not None:
