@@ -68,8 +68,8 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
     while time.monotonic() < deadline and run.proc.poll() is None:
         line = _line_of(marker)
         step = line["step"] if line else 0
-        if looked_at != step and (runs / name / "state.json").exists():
-            try:  # the worker's init, looked up at each step before the moment: the kill is one system call
+        if looked_at != step and step < KILL_AT and (runs / name / "state.json").exists():
+            try:  # the worker's init, looked up at each step before the moment (not at it): the kill is one system call
                 worker_pid = docker.from_env().containers.get(run.container(1)).attrs["State"]["Pid"] or None
                 looked_at = step
             except (docker.errors.NotFound, KeyError, IndexError, ValueError):
