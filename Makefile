@@ -11,7 +11,7 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick docs rehearsal rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run arm64-emulation
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick log-on-loss faults docs rehearsal rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run arm64-emulation
 
 # `make help` lists every target, one a line (tests/test_make.py holds it to the rules below).
 help:
@@ -36,6 +36,8 @@ help:
 	@echo "make arm64-emulation    let this x86 machine build linux/arm64 (binfmt_misc, qemu-user-static, F flag); rehearse-image runs it for arm64"
 	@echo "make bench              benchmarks under bench/ at full size (image rebuild, start-up, bring-up, delivery, pre-flight, node loss, log follow, verl overhead)"
 	@echo "make bench-quick        every bench/*.py --quick: smallest size, one repetition (tests/test_bench_quick.py in CI)"
+	@echo "make log-on-loss        a worker killed within 0.5 s of a step line, 10 times with 2 CPU burners (N=10 LOAD=2): every step in the log and rlbox metrics"
+	@echo "make faults             bench/faults.py: the multi-host fault replay on a testbed of its own (hosts' engines, networks, sshd, the driver)"
 
 setup:
 	bash .ci/provision
@@ -126,6 +128,17 @@ bench: sim-image
 	$(PYTHON) bench/node_loss.py
 	$(PYTHON) bench/log_follow.py
 	$(PYTHON) bench/verl_overhead.py
+	$(PYTHON) bench/faults.py
+
+# tests/cluster/test_log_on_loss.py N times (CI runs it once) with LOAD busy processes beside it.
+N ?= 10
+LOAD ?= 2
+log-on-loss: sim-image
+	set -e; burners=""; for i in $$(seq $(LOAD)); do "$(CURDIR)/.venv/bin/python" -c 'while True: pass' & burners="$$burners $$!"; done; \
+	trap 'kill $$burners' EXIT; export RLBOX_LOG_LOSS_REPEAT=$(N); $(PYTHON) -m pytest -q -s tests/cluster/test_log_on_loss.py
+
+faults: sim-image
+	$(PYTHON) bench/faults.py
 
 # Each bench at its smallest size, one repetition: proves it runs (CI: tests/test_bench_quick.py).
 bench-quick: sim-image

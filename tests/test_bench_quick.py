@@ -27,10 +27,13 @@ def test_every_bench_is_listed_here_and_in_make_bench():
 
 @pytest.mark.engine
 @pytest.mark.parametrize("script", BENCHES)
-def test_bench_runs_in_quick_mode(script, sim_image):
+def test_bench_runs_in_quick_mode(script, sim_image, request):
     # runs and containers named t-benchq... (RLBOX_BENCH_PREFIX, if set, names them instead)
     env = dict(os.environ, PYTHONPATH=str(REPO / "launcher"))
     env.setdefault("RLBOX_BENCH_PREFIX", "t-benchq")
+    if script == "faults.py":  # its faults on the session's testbed (no testbed of its own to bring up)
+        bed = request.getfixturevalue("testbed")
+        env.update(RLBOX_FAULTS_REUSE="1", RLBOX_FAULTS_TESTBED=bed.name, RLBOX_FAULTS_IMAGE=sim_image)
     # its own process group: on a timeout the bench's children (git daemon, buildx, rlbox) go too
     proc = subprocess.Popen([sys.executable, f"bench/{script}", "--quick"], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

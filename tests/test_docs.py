@@ -182,3 +182,103 @@ def test_readme_is_a_front_door():
         assert re.search(r"\]\(docs/[\w-]+\.md(#[\w-]+)?\)", row.group(0)), f"README.md: the row for `rlbox {name}` links into no docs/ page"
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme):
         assert (REPO / target).exists(), f"README.md links to {target}, which does not exist"
+
+
+# -- what the pages quote exists: stand-in lines, image tags, the HF-style layout, recipes ----------
+def _variants():
+    from rlbox.image import matrix
+
+    return list(matrix.load(REPO).variants)
+
+
+def _quoted_standin_lines() -> list[tuple[str, str]]:
+    """Every `rlbox: stand-in: ... [NAME]` line the manual quotes (wrapped lines joined)."""
+    found = []
+    for page in PAGES:
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("rlbox: stand-in: "):
+                text, j = line, i
+                while not text.rstrip().endswith("]") and j + 1 < len(lines):
+                    j += 1
+                    text += " " + lines[j].strip()
+                found.append((page.name, text.strip()))
+    return found
+
+
+def test_the_stand_in_lines_quoted_are_what_rlbox_prints():
+    """Each quoted stand-in line is the one `rlbox run` prints for some variant and stand-in
+    (standins.plan's label, as describe_labels renders it), not an older wording."""
+    from rlbox.core.errors import RlboxError
+    from rlbox.image import standins
+
+    real = set()
+    for v in _variants():
+        for name in standins.STANDINS:
+            try:
+                p = standins.plan(v, name, v.image)
+            except RlboxError:
+                continue
+            real.add("rlbox: " + standins.describe_labels({standins.LABEL: p.name, standins.LABEL_SUMMARY: p.summary}))
+    quoted = _quoted_standin_lines()
+    assert len(quoted) >= 3
+    wrong = [(page, line) for page, line in quoted if line not in real]
+    assert wrong == [], f"not what rlbox prints: {wrong}\nreal: {sorted(real)}"
+
+
+def test_the_local_image_tags_quoted_are_ones_rlbox_makes():
+    """Every localhost/rlbox image the manual names is a variant's image, its stand-in's tag, a
+    rehearsal's, or the tests' digest-tagged verl CPU image (tests/support/verl_cpu.py)."""
+    from rlbox.image import standins
+
+    made = set()
+    for v in _variants():
+        for base in (v.image, f"localhost/rlbox-rehearsal/{v.release.image.name}:{v.tag}"):
+            made |= {base} | {standins.tag_for(base, s) for s in standins.STANDINS}
+    digest_tag = re.compile(r"^localhost/rlbox/verl-cpu(-09)?:amd64-([0-9a-f]{12}|DIGEST)(-verl-cpu-shims)?$")
+    quoted = {(p.name, t) for p in PAGES for t in re.findall(r"localhost/rlbox(?:-rehearsal)?/[a-z0-9_.-]+:[A-Za-z0-9_.-]+",
+                                                            p.read_text())}
+    assert len(quoted) >= 5
+    unknown = sorted((page, t) for page, t in quoted if t not in made and not digest_tag.match(t))
+    assert unknown == [], unknown
+    page = (DOCS / "cpu-training.md").read_text()  # both tags are named where the image is used
+    assert "localhost/rlbox/verl-cpu:amd64-verl-cpu-shims" in page and "amd64-DIGEST-verl-cpu-shims" in page
+
+
+def test_the_hf_style_endpoint_layout_is_the_one_data_prepare_fetches(tmp_path):
+    """The layout the CPU training page gives for `--endpoint URL` is where `rlbox data prepare`
+    looks, and its snippet turns the shipped sample into the parquet files it serves."""
+    import pyarrow.parquet as pq
+
+    from rlbox.training import datasets
+
+    page = (DOCS / "cpu-training.md").read_text()
+    for split in ("train", "test"):
+        url = datasets.url_for(datasets.FileRef(repo="openai/gsm8k", path=f"main/{split}-00000-of-00001.parquet",
+                                                split=split, save=f"gsm8k/{split}.parquet"),
+                               "http://127.0.0.1:8765", "gsm8k")
+        assert url == f"http://127.0.0.1:8765/datasets/openai/gsm8k/resolve/main/main/{split}-00000-of-00001.parquet"
+    assert "URL/datasets/openai/gsm8k/resolve/main/main/train-00000-of-00001.parquet" in page
+    snippet = next(line for line in page.splitlines() if "pyarrow.json" in line).strip().strip("'")
+    snippet = snippet.replace("/sample/", str(REPO / "tests/fixtures/gsm8k-sample") + "/").replace("/out/", f"{tmp_path}/")
+    exec(snippet, {})
+    assert pq.read_table(tmp_path / "train-00000-of-00001.parquet").num_rows == 32
+
+
+def test_recipe_grpo_tiny_cpu_says_where_it_runs():
+    proc = subprocess.run([sys.executable, "-m", "rlbox.cli", "recipes", "show", "grpo-tiny-cpu"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 testbed hosts or simulated nodes" in proc.stdout, proc.stdout[:500]
+
+
+def test_the_npu_smi_stand_in_is_described_as_it_prints():
+    """docs/locks.md describes the stand-in npu-smi's rows: 910B3 for A2, Ascend910 with two chips
+    per NPU and a Phy-ID column for A3."""
+    from rlbox.cluster import sim
+
+    assert "`910B3` rows for A2, `Ascend910` with two chips per NPU and a Phy-ID column for A3" in " ".join(
+        (DOCS / "locks.md").read_text().split())
+    a2, a3 = sim.npu_smi_table("a2", 8, "25.3.rc1"), sim.npu_smi_table("a3", 16, "25.3.rc1")
+    assert "910B3" in a2 and "Phy-ID" not in a2
+    assert "Ascend910" in a3 and "Phy-ID" in a3 and sim.CHIPS["a3"][1] == 2

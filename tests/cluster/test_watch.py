@@ -266,3 +266,41 @@ def test_the_launcher_raises_its_open_files_limit_for_many_hosts(hosts, soft, ha
     from rlbox.cluster import hosts as hosts_mod
 
     assert hosts_mod.files_wanted(hosts, soft, hard, infinity=-1) == expected
+
+
+def test_an_engine_call_that_hangs_names_its_node_after_the_patience_not_the_client_timeout(monkeypatch):
+    """A host cut off the network: its engine call hangs (docker-py waits up to 120 s). The look waits
+    LOOK_WAIT for it, leaves it out, and counts the node silent from when the call went out; a call
+    still out is not waited for again, so looks keep their pace (bench/faults.py found 62 s before)."""
+    import threading
+    import time
+
+    monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.6)
+    monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
+    release = threading.Event()
+
+    class Box_:
+        status = "running"
+
+    class Containers:
+        def __init__(self, hang):
+            self.hang = hang
+
+        def get(self, name):
+            if self.hang:
+                release.wait(30)
+            return Box_()
+
+    class Node:
+        def __init__(self, hang):
+            self.client = type("C", (), {"containers": Containers(hang)})()
+
+    w = watch.Watch(NODES[:2], ["c0", "c1"], [Node(False), Node(True)], None, every=0.0)
+    began = time.monotonic()
+    try:
+        with pytest.raises(watch.NodeLost, match=r"node1 \(h1\), the worker, was lost: its engine has not answered"):
+            while time.monotonic() - began < 5:
+                w.check()
+        assert time.monotonic() - began < 1.5
+    finally:
+        release.set()

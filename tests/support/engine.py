@@ -45,7 +45,13 @@ def remove_test_runs(prefix: str = "t-") -> None:
     client = docker.from_env()
     for box in labelled(MANAGED):
         if box.labels.get(RUN, "").startswith(prefix):
-            box.remove(force=True)
+            try:
+                box.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as err:  # 409: its removal (rlbox's own teardown) is under way
+                if err.status_code != 409:
+                    raise
     for net in client.networks.list(filters={"label": f"{MANAGED}=true"}):
         if net.name.startswith(f"rlbox-{prefix}"):
             net.remove()

@@ -28,7 +28,7 @@ class Run:
     and ``engines``, each node's engine socket (tests/testbed/)."""
 
     def __init__(self, runs: Path, shared: Path, name: str, steps: int, *extra: str, pause: float = 1.0,
-                 where: tuple[str, ...] = SIM, engines: tuple[str, ...] | None = None):
+                 where: tuple[str, ...] = SIM, engines: tuple[str, ...] | None = None, verl: bool = False):
         shared.mkdir(parents=True, exist_ok=True)
         shutil.copy(JOB, shared / "steps_job.py")
         self.name, self.runs, self.shared = name, runs, shared
@@ -36,7 +36,7 @@ class Run:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rlbox.cli", "run", *where, "--name", name, "--runs-dir", str(runs),
              "--mount", f"{shared}:/shared", *extra, "--",
-             "python3", "/shared/steps_job.py", str(steps), str(pause), "/shared/ckpt.json"],
+             "python3", "/shared/steps_job.py", str(steps), str(pause), "/shared/ckpt.json", *(["verl"] if verl else [])],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[tuple[float, str]] = []
         self.out: list[str] = []

@@ -147,6 +147,12 @@ def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_fil
                               detach=detach, keep=keep, before=before, on_failure=triage_after_failure,
                               max_restarts=plan.max_restarts, tty=err.is_terminal,
                               deliver=deliver.ensure)
+    if detach and outcome.status == "RUNNING" and outcome.log_path:  # the log kept here from its first second
+        from rlbox.cluster import follower
+
+        pid = follower.start(runs_dir, name, outcome.log_path)
+        echo(f"detached: the job's log is kept in {outcome.log_path} by a follower (pid {pid}) until the job ends, "
+             f"even if the head dies; `rlbox logs -f --name {name}`, `rlbox stop --name {name}`")
     if outcome.exit_code:
         raise RlboxError(f"job of run '{name}' {outcome.ended or f'{outcome.status} with exit code {outcome.exit_code}'}; "
                          f"log: {outcome.log_path}", exit_code=outcome.exit_code)

@@ -32,6 +32,10 @@ def _keep_log(state, client: JobsClient) -> str | None:
     has no other); the reason when it cannot be taken."""
     if not (state.submission_id and state.log):
         return None
+    from rlbox.cluster import follower
+
+    if follower.alive(Path(state.log)):  # a detached run's follower writes the log: it is complete there
+        return None
     try:
         client.save_log(state.submission_id, Path(state.log))
     except (RlboxError, OSError) as err:
@@ -48,6 +52,11 @@ def status_cmd(name, runs_dir, as_json):
     container stopped, froze or vanished is shown as lost, naming the node (the record may not
     know: rlbox was killed, or the run was detached)."""
     state = run_state.load(runs_dir, name)
+    from rlbox.cluster import driver
+
+    orphan = driver.gone(run_state.state_path(runs_dir, name).parent) if state.phase in LIVE else None
+    if orphan is not None:  # said first: reaching the nodes may take a while
+        err.print(f"rlbox: run {name}: its driver, the `rlbox run` of pid {orphan}, is gone", markup=False)
     nodes = connect_all(state.hosts())
     rows = []
     loss = None
@@ -69,21 +78,27 @@ def status_cmd(name, runs_dir, as_json):
             n.close()
     phase = "lost" if loss else state.phase_name
     lost = loss.line() if loss else state.lost
+    if orphan is not None and not loss:
+        phase = "orphaned"
+    driverless = (f"driver: the `rlbox run` of this run (pid {orphan}) is gone: nothing watches the run or tears it "
+                  f"down; `rlbox stop --name {name}` removes it") if orphan is not None else None
     if as_json:
         click.echo(json.dumps({"run": name, "phase": phase, "recorded_phase": state.phase_name, "nodes": rows,
-                               "job": job, "lost": lost, "reason": state.reason,
+                               "job": job, "lost": lost, "reason": state.reason, "driver_gone": orphan,
                                "restarts": list(state.restarts or ())}, indent=2))
         return
     table = table_of("NODE", "HOST", "ROLE", "NPUS", "CONTAINER", "STATE")
     for r in rows:
         table.add_row(str(r["node"]), r["host"], r["role"], str(r["npus"]), r["container"], r["state"])
-    recorded = f" (its record says {state.phase_name})" if loss else ""
+    recorded = f" (its record says {state.phase_name})" if loss or orphan is not None else ""
     out.print(f"run {name} ({state.run_id}): {phase}{recorded}, image {state.image}", markup=False)
     out.print(table)
     if job:
         out.print(f"job {job.get('submission_id')}: {job.get('status')}  {job.get('message') or ''}", markup=False)
     elif state.status:
         out.print(f"job: {state.status} (exit {state.exit_code})")
+    if driverless:
+        out.print(driverless, markup=False)
     if lost:
         out.print(f"lost: {lost}", markup=False)
     elif state.reason:
@@ -142,6 +157,10 @@ def stop_cmd(name, runs_dir):
     nodes = connect_all(state.hosts())
     try:
         kept = None
+        if state.submission_id and state.log:
+            from rlbox.cluster import follower
+
+            follower.stop(Path(state.log))  # then the head's whole log, where the head still answers
         if state.submission_id and state.phase in LIVE:
             kept = _keep_log(state, JobsClient(state.dashboard(nodes[0]), timeout=5.0))
         removed = remove_run(nodes, name, state.network_name)
@@ -152,7 +171,14 @@ def stop_cmd(name, runs_dir):
         err.print(f"rlbox: warning: the job's log could not be copied before the stop ({kept})", markup=False)
     click.echo(f"run {name}: removed {removed} container(s) on {len(nodes)} node(s)")
     try:
-        state.advance(Phase.REMOVED).save(run_state.state_path(runs_dir, name))
+        ended = {}
+        if state.phase in LIVE:  # the run did not end by itself: the record says how it did
+            from rlbox.cluster import driver
+
+            orphan = driver.gone(run_state.state_path(runs_dir, name).parent)
+            ended = {"status": "STOPPED", "reason": "stopped by `rlbox stop`" + (
+                f" (its driver, the `rlbox run` of pid {orphan}, was gone)" if orphan is not None else "")}
+        state.advance(Phase.REMOVED, **ended).save(run_state.state_path(runs_dir, name))
     except OSError as error:
         raise RlboxError(f"run {name}: its containers are removed, but {run_state.state_path(runs_dir, name)} "
                          f"could not be updated ({error.strerror or error})") from None

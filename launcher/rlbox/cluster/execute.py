@@ -14,6 +14,7 @@ from pathlib import Path
 
 import requests
 
+from rlbox.cluster import driver
 from rlbox.cluster import jobs
 from rlbox.cluster import ray
 from rlbox.cluster import sharing
@@ -174,9 +175,11 @@ class Cluster:
         if self._torn_down:
             return
         self._torn_down = True
-        self.remove_own()
-        for node in self.nodes:
-            node.close()
+        try:
+            self.remove_own()
+        finally:  # a node that cannot be cleaned (its engine unreachable) is said; no tunnel is left behind
+            for node in self.nodes:
+                node.close()
 
 
 def image_skew(plan: RunPlan, ids: list[str]) -> str | None:
@@ -304,6 +307,7 @@ def execute(
                     raise
                 cleanup = True
                 run.save()
+                driver.mark(run_dir)  # a kill -9 of this process is told by `rlbox status` from it
                 job, attempt = plan.job, 0
                 while True:
                     try:
@@ -389,6 +393,7 @@ def execute(
                 raise
     finally:
         with engine.shielded():
+            driver.unmark(run_dir)
             if cleanup:
                 cluster.teardown()
                 if state_file.exists():
@@ -434,7 +439,8 @@ def _loss(lost: watch.NodeLost, run: "_Run", nodes: list[Node], attempt: int, ma
     """A lost node: said; the end of the run when another --replace took it over or no restart
     is left (recorded, raised); else the cause of the next restart."""
     cause = str(lost)
-    run.echo(f"lost: {cause}")
+    if not getattr(lost, "said", False):
+        run.echo(f"lost: {cause}")
     _taken_over(run.plan, nodes)
     if attempt >= max_restarts:
         raise run.lost(cause, attempt) from None
@@ -521,8 +527,16 @@ def _follow(client: jobs.JobsClient, submission: str, cluster: Cluster, log_path
                         looking[0] = False
                         run.resumed(step, echo)
 
+            def tick() -> None:  # a lost node is named at once; the rest of the log is read after
+                try:
+                    watcher.check()
+                except watch.NodeLost as lost:
+                    echo(f"lost: {lost}")
+                    lost.said = True
+                    raise
+
             try:
-                return client.follow(submission, both, tick=watcher.check)
+                return client.follow(submission, both, tick=tick, stop_on_loss=True)
             except jobs.LostContact as lost:
                 watcher.check(force=True)  # a lost head is named as such
                 raise RlboxError(f"{lost}; every node was cleaned up") from None

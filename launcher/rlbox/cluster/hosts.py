@@ -62,6 +62,10 @@ class Tunnel:
 
     def close(self) -> None:
         if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=5)
@@ -72,9 +76,12 @@ class Tunnel:
 
 
 def _open_tunnel(host: Host, forward: str, ready, local: str, workdir=None, timeout: float = 20) -> Tunnel:
-    argv = ssh_argv(host, "-N", "-o", "ExitOnForwardFailure=yes", "-L", forward)
+    # The remote command reads the tunnel's stdin, a pipe only this process holds: when this process
+    # dies (kill -9 included) the pipe closes, `cat` on the host ends and so does ssh; no tunnel outlives
+    # the rlbox that opened it (with -N it would, for as long as the host answers).
+    argv = ssh_argv(host, "-o", "ExitOnForwardFailure=yes", "-L", forward, command=("cat",))
     try:  # its own session: a Ctrl-C at the terminal must not kill the tunnel teardown needs
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
     except OSError as err:
         if workdir is not None:

@@ -214,7 +214,7 @@ class JobsClient:
         self._call("POST", f"/api/jobs/{submission_id}/stop")
 
     def follow(self, submission_id: str, emit: Callable[[str], None], tick: Callable[[], None] | None = None,
-               patience: float = 120.0) -> dict:
+               patience: float = 120.0, stop_on_loss: bool = False) -> dict:
         """Stream the job's log to ``emit`` until the job ends; return its final info.
 
         Through Ray's ``/api/jobs/{id}/logs/tail`` WebSocket: each frame is new text, so the cost
@@ -222,7 +222,10 @@ class JobsClient:
         the job's info is read then; a stream that drops while the job runs is opened again and
         the text already shown (Ray replays the log from its start) is skipped. ``tick`` runs at
         least every half second (the node watch: it may raise). A dashboard that stops answering
-        is retried for ``patience`` seconds, then LostContact (the job itself may be fine)."""
+        is retried for ``patience`` seconds, then LostContact (the job itself may be fine).
+        ``stop_on_loss`` (the run's own following, which tears the cluster down next): the job is
+        stopped before its log is drained, so that no line the driver prints after the drain (a
+        step, a checkpoint a restart resumes after) is lost with the head."""
         watch = tick or (lambda: None)
         raised: list[BaseException] = []
 
@@ -245,16 +248,21 @@ class JobsClient:
             if raised and not isinstance(raised[0], KeyboardInterrupt):
                 # the watch ended the following (a node lost): before anything is torn down, the rest
                 # of the job's log from the head while it lives, so that the attempt's end is in the log
-                self.drain(submission_id, counted, count[0])
+                self.drain(submission_id, counted, count[0], stop=stop_on_loss)
             raise
 
-    def drain(self, submission_id: str, emit: Callable[[str], None], shown: int) -> None:
+    def drain(self, submission_id: str, emit: Callable[[str], None], shown: int, stop: bool = False,
+              budget: float = 3.0) -> None:
         """What the job's log holds after its first ``shown`` characters, read once from the head
         (Ray keeps the driver's whole log); where the head cannot answer, one line saying where the
-        log ends and why. At most 3 s: a lost node is named right after (a head cut off the network
-        must not hold that back)."""
+        log ends and why. With ``stop``, the job is stopped first and its end awaited, so the log
+        read is the attempt's last. At most ``budget`` s in all: a lost node is named right after
+        (a head cut off the network must not hold that back)."""
+        deadline = time.monotonic() + budget
+        if stop:
+            self._stop_and_wait(submission_id, deadline - 1.0)
         try:
-            text = self.logs(submission_id, timeout=3.0)
+            text = self.logs(submission_id, timeout=max(1.0, deadline - time.monotonic()))
         except RlboxError as err:
             emit(f"rlbox: the job's log ends here: the Ray head did not give the rest of it ({err})\n")
             return
@@ -263,6 +271,19 @@ class JobsClient:
         elif len(text) > shown:
             rest = text[shown:]
             emit(rest if rest.endswith("\n") else rest + "\n")
+
+    def _stop_and_wait(self, submission_id: str, until: float) -> None:
+        """Ask the head to stop the job and wait (until ``until``, monotonic) for its end; quietly
+        nothing where the head does not answer in time."""
+        try:
+            self._call("POST", f"/api/jobs/{submission_id}/stop", timeout=max(0.3, until - time.monotonic()))
+            while time.monotonic() < until:
+                resp = self._call("GET", f"/api/jobs/{submission_id}", timeout=max(0.3, until - time.monotonic()))
+                if resp.status_code != 200 or resp.json().get("status") in TERMINAL:
+                    return
+                time.sleep(0.1)
+        except (RlboxError, ValueError):
+            return
 
     def _follow(self, submission_id: str, emit: Callable[[str], None], count: list[int], tick: Callable[[], None],
                 raised: list[BaseException], patience: float) -> dict:

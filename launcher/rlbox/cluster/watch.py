@@ -13,6 +13,7 @@ by the host's name, so hosts given by name, by address or simulated are watched 
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,14 +21,16 @@ from dataclasses import dataclass
 import requests
 
 from rlbox.cluster import ray
-from rlbox.cluster.hosts import Node, on_every
+from rlbox.cluster.hosts import Node
 from rlbox.cluster.plan import RunPlan
 from rlbox.core.errors import RlboxError
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 GONE = "gone"  # the container no longer exists
 UNREACHABLE = "unreachable"  # its engine does not answer
-ENGINE_PATIENCE = 5.0  # seconds an engine may not answer before its node counts as lost
+ENGINE_PATIENCE = 3.0  # seconds an engine may not answer before its node counts as lost
+TABLE_TIMEOUT = 2.0  # seconds Ray's node table may take
+LOOK_WAIT = 1.0  # seconds a look waits for the engines' answers; a call still out then is an engine not answering
 DASHBOARD_PATIENCE = 10.0  # seconds the head's dashboard may not answer while its container runs
 _REPORTED = re.compile(r"^rlbox-node: (head|worker) on (\S+) \(", re.MULTILINE)
 
@@ -136,6 +139,23 @@ def period(nodes: int) -> float:
     return max(BASE_PERIOD, nodes / LOOKS_PER_SECOND)
 
 
+class _Call:
+    """One engine call on a daemon thread of its own (a hung one never holds the process's exit)."""
+
+    def __init__(self, fn: Callable[[int], "Box"], index: int, began: float):
+        self.began, self.result, self.error = began, None, None
+        self.done = threading.Event()
+        threading.Thread(target=self._run, args=(fn, index), daemon=True).start()
+
+    def _run(self, fn: Callable[[int], "Box"], index: int) -> None:
+        try:
+            self.result = fn(index)
+        except BaseException as err:  # noqa: BLE001 - handed to the look that collects it
+            self.error = err
+        finally:
+            self.done.set()
+
+
 class Watch:
     """Every node of a running cluster, looked at no more often than ``every`` seconds (by default
     period(N)). ``containers``: each node's container name; ``expected``: each node's label, role, address."""
@@ -148,6 +168,8 @@ class Watch:
         self._last = float("-inf")
         self._silent_since: dict[int, float] = {}
         self._dashboard_down_since: float | None = None
+        self._pending: dict[int, _Call] = {}  # per node, its engine call still out
+        self._table_call: _Call | None = None  # Ray's node table, asked and not answered yet
 
     def _box(self, index: int) -> Box:
         node = self.nodes[index]
@@ -174,7 +196,7 @@ class Watch:
         if not self.dashboard:
             return None
         try:
-            table = ray.nodes(self.dashboard, timeout=2.0)
+            table = ray.nodes(self.dashboard, timeout=TABLE_TIMEOUT)
         except (requests.RequestException, KeyError, ValueError):
             self._dashboard_down_since = self._dashboard_down_since or self.clock()
             return None
@@ -182,16 +204,52 @@ class Watch:
         return table
 
     def boxes(self) -> list[Box]:
-        """What each node's engine says of its container, now."""
-        boxes, errors = on_every(self._box, list(range(len(self.nodes))))
-        if errors:
-            raise errors[0]
+        """What each node's engine says of its container, now. A call that has not come back within
+        LOOK_WAIT (an engine behind a cut network hangs until the client's own timeout) is left running
+        and its node counted as not answering since the call began, so a host cut off is named after
+        ENGINE_PATIENCE, not after the client's timeout; its next call goes out once it has returned."""
+        now = self.clock()
+        fresh = []
+        for i in range(len(self.nodes)):
+            if i not in self._pending:
+                self._pending[i] = _Call(self._box, i, now)
+                fresh.append(self._pending[i])
+        deadline = time.monotonic() + LOOK_WAIT
+        for call in fresh:  # a call already out at an earlier look is not waited for again
+            call.done.wait(max(0.0, deadline - time.monotonic()))
+        boxes = []
+        for i in range(len(self.nodes)):
+            call = self._pending[i]
+            if call.done.is_set():
+                del self._pending[i]
+                if call.error is not None:
+                    raise call.error
+                boxes.append(call.result)
+            else:
+                since = self._silent_since.setdefault(i, call.began)
+                boxes.append(Box(UNREACHABLE, since=self.clock() - since))
         return boxes
 
     def look(self) -> Loss | None:
-        """Gather the facts now and judge them."""
+        """Gather the facts now and judge them. Ray's table is asked beside the engines and waited
+        for as long as they are (LOOK_WAIT): a dashboard behind a cut network does not slow the look;
+        one whose answer is out for TABLE_TIMEOUT counts as silent from when it was asked."""
+        asked = False
+        if self.dashboard and self._table_call is None:
+            self._table_call, asked = _Call(lambda _: self._table(), 0, self.clock()), True
+        started = time.monotonic()
         boxes = self.boxes()
-        table = self._table()
+        table, call = None, self._table_call
+        if call is not None:
+            if asked:
+                call.done.wait(max(0.0, LOOK_WAIT - (time.monotonic() - started)))
+            if call.done.is_set():
+                self._table_call = None
+                if call.error is not None:
+                    raise call.error
+                table = call.result
+            elif self.clock() - call.began >= TABLE_TIMEOUT:
+                self._dashboard_down_since = self._dashboard_down_since or call.began
         down = self.clock() - self._dashboard_down_since if self._dashboard_down_since else 0.0
         return judge(self.expected, boxes, table, down)
 

@@ -31,9 +31,32 @@ def local_client(node: str | None = None):
     return client
 
 
+def _socket_error(err: BaseException) -> OSError | None:
+    """The socket's own error under a client's wrappers (docker-py, requests, urllib3), if any."""
+    seen, todo = set(), [err]
+    while todo and len(seen) < 50:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno and e.strerror:
+            return e
+        if isinstance(e, ConnectionError) and e.args and isinstance(e.args[0], str):  # http.client's RemoteDisconnected
+            return OSError(0, e.args[0])
+        for x in (getattr(e, "reason", None), e.__cause__, e.__context__, *getattr(e, "args", ())):
+            if isinstance(x, BaseException):
+                todo.append(x)
+            elif isinstance(x, tuple):
+                todo += [y for y in x if isinstance(y, BaseException)]
+    return None
+
+
 def reason(err: Exception) -> str:
     """What the engine said, as one short line (docker.errors.APIError's explanation, or the text)."""
     text = getattr(err, "explanation", None) or str(err)
+    cause = _socket_error(err)
+    if cause is not None and cause.strerror and not getattr(err, "explanation", None):
+        text = f"not reachable: {cause.strerror[0].lower() + cause.strerror[1:]}"
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
     return " ".join(str(text).split())[:300]

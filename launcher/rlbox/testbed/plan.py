@@ -160,6 +160,8 @@ class HostPlan:
             "AllowStreamLocalForwarding yes",
             "MaxStartups 200:30:400",
             "MaxSessions 100",
+            "ClientAliveInterval 5",  # a session whose client vanished (a cut network, a killed rlbox) ends in ~15 s
+            "ClientAliveCountMax 3",
             "PrintMotd no",
             f"SetEnv DOCKER_HOST=unix://{HOST_DOCKER_SOCKET}",
             "Subsystem sftp internal-sftp",
