@@ -141,3 +141,32 @@ def test_simulation_subnets_never_collide_for_names_that_hash_alike(runs):
     for name in (a, b):
         assert rlbox("stop", "--name", name, "--runs-dir", runs).returncode == 0
     remove_labelled("io.rlbox.claim", a)
+
+
+def test_a_claim_whose_answer_never_came_is_not_left_behind(sim_image):
+    """The engine made the claim but the client's read timed out (seen under load: the next start of
+    the name was refused by the start lock it left): the failed claim removes it by name and run id."""
+    from types import SimpleNamespace
+
+    import requests
+
+    from rlbox.cluster import sharing
+
+    real = docker.from_env()
+
+    class LostAnswer:  # the real engine's create, then the answer lost on the way back
+        def __init__(self):
+            self.containers = self
+
+        def create(self, *args, **kwargs):
+            real.containers.create(*args, **kwargs)
+            raise requests.exceptions.ReadTimeout("engine read timed out (60 s)")
+
+        def get(self, name):
+            return real.containers.get(name)
+
+    plan = SimpleNamespace(run="t13-lost", run_id="t13-lost-1", image=sim_image)
+    nodes = [SimpleNamespace(client=LostAnswer(), host=SimpleNamespace(name="sim0"))]
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        sharing.claim(plan, nodes, [sharing.start_lock(plan)])
+    assert _claims("t13-lost") == []

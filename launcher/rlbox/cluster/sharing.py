@@ -226,8 +226,22 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
     except BaseException:
         for box in taken:
             engine.remove_quietly(box)
+        _remove_unanswered(plan, nodes, which, len(taken))
         raise
     return len(taken)
+
+
+def _remove_unanswered(plan, nodes, which, answered: int) -> None:
+    """A create the engine carried out but whose answer never came (the client's read timed out)
+    is a claim of this run id that ``taken`` does not hold: removed by its name and run id, so that
+    a failed start leaves no claim (a start lock left so refused the next start of the name)."""
+    for index, name, _ in which[answered:answered + 1]:
+        try:
+            box = nodes[index].client.containers.get(name)
+        except Exception:  # noqa: BLE001 - never made, or the engine is still away: nothing more to do
+            continue
+        if box.labels.get(LABEL_CLAIM_ID) == plan.run_id:
+            engine.remove_quietly(box)
 
 
 def release(client, run: str, keep_id: str | None = None) -> None:
