@@ -13,12 +13,12 @@
     python3 bench/image_rehearsal.py factors [DIR]        the emulation factor from the rehearsals already run: each
                                                           arm64 report in DIR (build/rehearsal) against its release's
                                                           x86 one, build time, checks time and image size, ratios
-    python3 bench/image_rehearsal.py sources [REF]        issue 28, in scratch copies of the tree (the cache hard-linked):
+    python3 bench/image_rehearsal.py sources [REF [S]]    issue 28, in scratch copies of the tree (the cache hard-linked):
                                                           bytes sent as build context with the whole cache mounted
                                                           (the old form) vs each RUN mounting what it reads; steps
                                                           re-run after unrelated files appear in the cache; a rebuild
                                                           after editing one patch and after bumping one component,
-                                                          against REF's cold rehearsal build (its report)
+                                                          against REF's cold rehearsal build (its report, or S seconds)
     python3 bench/image_rehearsal.py --quick              smallest: `lock` of rlbox_sim:amd64 (PyPI only), then the
                                                           emulation factor of a fixed Python
                                                           workload in the arm64 and x86 stand-in bases, one
@@ -318,9 +318,12 @@ def build_in(tree: Path, ref: str, tag: str, *, stop_after_context: bool = False
     return {"s": took, "context_bytes": sent, "steps": timed, "log": log}
 
 
-def bench_sources(ref: str) -> None:
+def bench_sources(ref: str, cold_s: float | None = None) -> None:
+    """``cold_s``: the cold build's seconds, when not from REF's rehearsal report (its checks still running)."""
     report = REPORTS / f"{ref.replace(':', '-')}.json"
     cold = json.loads(report.read_text())["facts"]["timing"] if report.is_file() else {}
+    if cold_s:
+        cold = {"build_s": cold_s}
     if not cold.get("build_s") or cold.get("steps_cached"):
         raise SystemExit(f"{ref}: no cold rehearsal build in {report} (make rehearse-image REF={ref} on an empty cache)")
     work = Path(tempfile.mkdtemp(prefix="rlbox-bench-sources-", dir=ROOT / "build"))
@@ -452,7 +455,7 @@ if __name__ == "__main__":
     elif mode in ("rebuild", "cold"):
         bench_rebuild(rest[0] if rest else DEFAULT, cold=mode == "cold")
     elif mode == "sources":
-        bench_sources(rest[0] if rest else DEFAULT_SOURCES)
+        bench_sources(rest[0] if rest else DEFAULT_SOURCES, float(rest[1]) if len(rest) > 1 else None)
     elif mode == "size":
         bench_size(rest or [DEFAULT])
     else:
