@@ -300,7 +300,10 @@ def build_in(tree: Path, ref: str, tag: str, *, stop_after_context: bool = False
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tree)
     log, sent = [], 0.0
+    trace = open(Path(tempfile.gettempdir()) / f"rlbox-bench-sources-{ref.replace(':', '-')}.log", "a")  # to follow it
     for line in proc.stdout:
+        trace.write(line)
+        trace.flush()
         log.append(line.rstrip("\n"))
         hit = CONTEXT.match(line)
         if hit and line.rstrip().endswith("done"):
@@ -309,6 +312,7 @@ def build_in(tree: Path, ref: str, tag: str, *, stop_after_context: bool = False
                 proc.terminate()
     code = proc.wait()
     took = time.monotonic() - t0
+    trace.close()
     if code != 0 and not stop_after_context:
         raise SystemExit(f"build of {ref} in {tree} failed:\n" + "\n".join(log[-30:]))
     steps = [s for s in rehearsal.parse_build_log(log) if s.kind != "FROM"]
