@@ -13,7 +13,7 @@
     python3 bench/image_rehearsal.py factors [DIR]        the emulation factor from the rehearsals already run: each
                                                           arm64 report in DIR (build/rehearsal) against its release's
                                                           x86 one, build time, checks time and image size, ratios
-    python3 bench/image_rehearsal.py sources [REF [S]]    issue 28, in scratch copies of the tree (the cache hard-linked):
+    python3 bench/image_rehearsal.py sources [REF [S|-] [--no-whole]]  issue 28, in scratch copies of the tree (the cache hard-linked):
                                                           bytes sent as build context with the whole cache mounted
                                                           (the old form) vs each RUN mounting what it reads; steps
                                                           re-run after unrelated files appear in the cache; a rebuild
@@ -322,8 +322,9 @@ def build_in(tree: Path, ref: str, tag: str, *, stop_after_context: bool = False
     return {"s": took, "context_bytes": sent, "steps": timed, "log": log}
 
 
-def bench_sources(ref: str, cold_s: float | None = None) -> None:
-    """``cold_s``: the cold build's seconds, when not from REF's rehearsal report (its checks still running)."""
+def bench_sources(ref: str, cold_s: float | None = None, skip_whole: bool = False) -> None:
+    """``cold_s``: the cold build's seconds, when not from REF's rehearsal report (its checks still running);
+    ``skip_whole``: no build context of the old form (it sends the whole cache)."""
     report = REPORTS / f"{ref.replace(':', '-')}.json"
     cold = json.loads(report.read_text())["facts"]["timing"] if report.is_file() else {}
     if cold_s:
@@ -334,12 +335,14 @@ def bench_sources(ref: str, cold_s: float | None = None) -> None:
     tag = rehearsal.plan(matrix.load(ROOT), ref, shipped()).tag + "-bench-sources"
     try:
         # 1. context bytes: the old form (the whole cache mounted) against this one, each from a new directory
-        old = scratch_tree(work / "whole")
-        dockerfile = old / matrix.load(old).get(ref).dockerfile
-        dockerfile.write_text(re.sub(r"--mount=type=bind,source=\.rlbox-sources/\S+,target=/opt/rlbox/sources/\S+",
-                                     WHOLE, dockerfile.read_text()))
-        whole = build_in(old, ref, tag, stop_after_context=True)
-        shutil.rmtree(old)
+        whole = {"context_bytes": 0.0}
+        if not skip_whole:
+            old = scratch_tree(work / "whole")
+            dockerfile = old / matrix.load(old).get(ref).dockerfile
+            dockerfile.write_text(re.sub(r"--mount=type=bind,source=\.rlbox-sources/\S+,target=/opt/rlbox/sources/\S+",
+                                         WHOLE, dockerfile.read_text()))
+            whole = build_in(old, ref, tag, stop_after_context=True)
+            shutil.rmtree(old)
         tree = scratch_tree(work / "narrow")
         narrow = build_in(tree, ref, tag)
         print(f"{ref} ({platform_of(ref)}), cold build ({'given' if cold_s else 'its rehearsal report'}): "
@@ -461,7 +464,8 @@ if __name__ == "__main__":
     elif mode in ("rebuild", "cold"):
         bench_rebuild(rest[0] if rest else DEFAULT, cold=mode == "cold")
     elif mode == "sources":
-        bench_sources(rest[0] if rest else DEFAULT_SOURCES, float(rest[1]) if len(rest) > 1 else None)
+        bench_sources(rest[0] if rest else DEFAULT_SOURCES, float(rest[1]) if len(rest) > 1 and rest[1] != "-" else None,
+                      skip_whole="--no-whole" in rest)
     elif mode == "size":
         bench_size(rest or [DEFAULT])
     else:
