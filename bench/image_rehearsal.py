@@ -347,9 +347,10 @@ def bench_sources(ref: str, cold_s: float | None = None, skip_whole: bool = Fals
         narrow = build_in(tree, ref, tag)
         print(f"{ref} ({platform_of(ref)}), cold build ({'given' if cold_s else 'its rehearsal report'}): "
               f"{cold['build_s']:.0f} s", flush=True)
-        print(f"build context, whole cache mounted (before):   {whole['context_bytes'] / 1e6:10.1f} MB")
+        if not skip_whole:
+            print(f"build context, whole cache mounted (before):   {whole['context_bytes'] / 1e6:10.1f} MB")
         print(f"build context, each RUN mounts what it reads:  {narrow['context_bytes'] / 1e6:10.1f} MB "
-              f"(ratio {narrow['context_bytes'] / max(whole['context_bytes'], 1):.3f}); "
+              f"(ratio {narrow['context_bytes'] / whole['context_bytes'] if whole['context_bytes'] else float('nan'):.3f}); "
               f"{sum(not s.cached for s, _ in narrow['steps'])} of {len(narrow['steps'])} steps re-run")
         # 2. unrelated files in the cache: another platform's wheel, another component's repository, another sdist
         cache = tree / ".rlbox-sources"
