@@ -13,6 +13,12 @@
     python3 bench/image_rehearsal.py factors [DIR]        the emulation factor from the rehearsals already run: each
                                                           arm64 report in DIR (build/rehearsal) against its release's
                                                           x86 one, build time, checks time and image size, ratios
+    python3 bench/image_rehearsal.py sources [REF [S|-] [--no-whole]]  issue 28, in scratch copies of the tree (the cache hard-linked):
+                                                          bytes sent as build context with the whole cache mounted
+                                                          (the old form) vs each RUN mounting what it reads; steps
+                                                          re-run after unrelated files appear in the cache; a rebuild
+                                                          after editing one patch and after bumping one component,
+                                                          against REF's cold rehearsal build (its report, or S seconds)
     python3 bench/image_rehearsal.py --quick              smallest: `lock` of rlbox_sim:amd64 (PyPI only), then the
                                                           emulation factor of a fixed Python
                                                           workload in the arm64 and x86 stand-in bases, one
@@ -30,11 +36,17 @@ header) and restored, then re-rendered, whatever happens; the bench's builds are
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "launcher"))
@@ -44,6 +56,7 @@ from rlbox.image import build, emulation, matrix, rehearsal, render, resolve  # 
 
 DEFAULT = "verl_pt27_25rc3:ax-x86"
 ARM_DEFAULT = "verl_pt27_cann82rc1:a3-arm"
+DEFAULT_SOURCES = "verl_pt210_cann910:ax-x86"  # PyPI only: its cache fills on a fresh machine
 # A fixed CPU-bound Python workload for --quick (pure interpreter: what pip and setuptools do under QEMU).
 # Timed inside the container (container start-up is not part of it).
 WORKLOAD = "import hashlib, json, time; t = time.perf_counter(); d = [{'k': i, 'v': str(i) * 8} for i in range(200000)]; " \
@@ -257,6 +270,187 @@ def bench_quick() -> None:
     bench_factors(REPORTS)
 
 
+# ---------------------------------------------------------------------------------------------
+# issue 28: what the build context carries and what a change in the source cache rebuilds.
+
+WHOLE = "--mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources"
+CONTEXT = re.compile(r"^#\d+ transferring context: ([\d.]+)([kMG]?B)")
+UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def scratch_tree(dest: Path) -> Path:
+    """A copy of the tree's build inputs in ``dest`` (a new directory: BuildKit syncs its context afresh),
+    the source cache hard-linked (new files there stay out of the real cache; never edit one in place)."""
+    dest.mkdir(parents=True)
+    for name in ("images", "templates", "patches", "dockerfiles", "tools"):
+        shutil.copytree(ROOT / name, dest / name, symlinks=True)
+    shutil.copy2(ROOT / ".dockerignore", dest / ".dockerignore")
+    subprocess.run(["cp", "-al", str(ROOT / ".rlbox-sources"), str(dest / ".rlbox-sources")], check=True)
+    return dest
+
+
+def build_in(tree: Path, ref: str, tag: str, *, stop_after_context: bool = False) -> dict:
+    """The rehearsal build of ``ref`` in ``tree``: seconds, context bytes, steps (run or cached, with
+    their seconds). With ``stop_after_context`` the build is stopped once the context is sent."""
+    p = rehearsal.plan(matrix.load(tree), ref, shipped())
+    argv = list(p.build.argv)
+    argv[argv.index("--tag") + 1] = tag
+    if stop_after_context:
+        argv[argv.index("--load")] = "--output=type=cacheonly"
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tree)
+    log, sent = [], 0.0
+    trace = open(Path(tempfile.gettempdir()) / f"rlbox-bench-sources-{ref.replace(':', '-')}.log", "a")  # to follow it
+    for line in proc.stdout:
+        trace.write(line)
+        trace.flush()
+        log.append(line.rstrip("\n"))
+        hit = CONTEXT.match(line)
+        if hit and line.rstrip().endswith("done"):
+            sent += float(hit.group(1)) * UNITS[hit.group(2)]
+            if stop_after_context and sent > 1000:  # the context proper, not the Dockerfile's 2 B
+                proc.terminate()
+    code = proc.wait()
+    took = time.monotonic() - t0
+    trace.close()
+    if code != 0 and not stop_after_context:
+        raise SystemExit(f"build of {ref} in {tree} failed:\n" + "\n".join(log[-30:]))
+    steps = [s for s in rehearsal.parse_build_log(log) if s.kind != "FROM"]
+    done = {m.group(1): float(m.group(2)) for m in map(re.compile(r"^#(\d+) DONE ([\d.]+)s").match, log) if m}
+    numbers = {f"{m.group(2)}": m.group(1) for m in map(rehearsal.STEP.match, log) if m}
+    timed = [(s, done.get(numbers.get(s.position, ""), 0.0)) for s in steps]
+    return {"s": took, "context_bytes": sent, "steps": timed, "log": log}
+
+
+def bench_sources(ref: str, cold_s: float | None = None, skip_whole: bool = False) -> None:
+    """``cold_s``: the cold build's seconds, when not from REF's rehearsal report (its checks still running);
+    ``skip_whole``: no build context of the old form (it sends the whole cache)."""
+    report = REPORTS / f"{ref.replace(':', '-')}.json"
+    cold = json.loads(report.read_text())["facts"]["timing"] if report.is_file() else {}
+    if cold_s:
+        cold = {"build_s": cold_s}
+    if not cold.get("build_s") or cold.get("steps_cached"):
+        raise SystemExit(f"{ref}: no cold rehearsal build in {report} (make rehearse-image REF={ref} on an empty cache)")
+    work = Path(tempfile.mkdtemp(prefix="rlbox-bench-sources-", dir=ROOT / "build"))
+    tag = rehearsal.plan(matrix.load(ROOT), ref, shipped()).tag + "-bench-sources"
+    try:
+        # 1. context bytes: the old form (the whole cache mounted) against this one, each from a new directory
+        whole = {"context_bytes": 0.0}
+        if not skip_whole:
+            old = scratch_tree(work / "whole")
+            dockerfile = old / matrix.load(old).get(ref).dockerfile
+            dockerfile.write_text(re.sub(r"--mount=type=bind,source=\.rlbox-sources/\S+,target=/opt/rlbox/sources/\S+",
+                                         WHOLE, dockerfile.read_text()))
+            whole = build_in(old, ref, tag, stop_after_context=True)
+            shutil.rmtree(old)
+        tree = scratch_tree(work / "narrow")
+        narrow = build_in(tree, ref, tag)
+        print(f"{ref} ({platform_of(ref)}), cold build ({'given' if cold_s else 'its rehearsal report'}): "
+              f"{cold['build_s']:.0f} s", flush=True)
+        if not skip_whole:
+            print(f"build context, whole cache mounted (before):   {whole['context_bytes'] / 1e6:10.1f} MB")
+        print(f"build context, each RUN mounts what it reads:  {narrow['context_bytes'] / 1e6:10.1f} MB "
+              f"(ratio {narrow['context_bytes'] / whole['context_bytes'] if whole['context_bytes'] else float('nan'):.3f}); "
+              f"{sum(not s.cached for s, _ in narrow['steps'])} of {len(narrow['steps'])} steps re-run")
+        # 2. unrelated files in the cache: another platform's wheel, another component's repository, another sdist
+        cache = tree / ".rlbox-sources"
+        other = "aarch64" if matrix.load(tree).get(ref).arch == "x86_64" else "x86_64"
+        (cache / "wheels" / f"{other}-py3.11").mkdir(parents=True, exist_ok=True)
+        (cache / "wheels" / f"{other}-py3.11" / "unrelated-1.0-py3-none-any.whl").write_bytes(os.urandom(1 << 20))
+        (cache / "git" / f"unrelated-{'0' * 40}.git").mkdir(parents=True)
+        (cache / "git" / f"unrelated-{'0' * 40}.git" / "HEAD").write_text("ref: refs/heads/main\n")
+        (cache / "sdist" / "unrelated-1.0.tar.gz").write_bytes(os.urandom(1 << 20))
+        touched = build_in(tree, ref, tag)
+        rerun = [s for s, _ in touched["steps"] if not s.cached]
+        print(f"after 3 unrelated files in the cache: {len(rerun)} of {len(touched['steps'])} steps re-run, "
+              f"context {touched['context_bytes'] / 1e6:.2f} MB, {touched['s']:.1f} s")
+        # 3. one patch: a patch of the last component built from a source, added (the release has none)
+        name, path = patched_component(tree, ref)
+        edit_patch(tree, ref, name, path, "rlbox bench: a patch")
+        show(f"one patch of {name} added", build_in(tree, ref, tag), cold["build_s"])
+        # 4. one component bumped: the same component's source replaced by a new one (its sdist repacked with
+        #    one more file, the lock's sha256 changed; or a new commit of its repository)
+        bump_component(tree, ref, name)
+        show(f"{name} bumped (new source, same requirements)", build_in(tree, ref, tag), cold["build_s"])
+        # 5. that patch edited
+        edit_patch(tree, ref, name, path, "rlbox bench: the patch edited")
+        show(f"one patch of {name} edited", build_in(tree, ref, tag), cold["build_s"])
+    finally:
+        subprocess.run(["docker", "image", "rm", tag], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def show(what: str, r: dict, cold_s: float) -> None:
+    ran = [(s, t) for s, t in r["steps"] if not s.cached]
+    print(f"{what}: {r['s']:.1f} s = {r['s'] / cold_s:.3f} of the cold build; {len(ran)} of {len(r['steps'])} steps ran:")
+    for s, t in ran:
+        print(f"    {s.position:>6} {t:7.1f} s  {s.kind} {s.text[:90]}")
+    print(f"    the rest (context, cache lookups, export and load into the engine): {r['s'] - sum(t for _, t in ran):.1f} s")
+    sys.stdout.flush()
+
+
+def patched_component(tree: Path, ref: str) -> tuple[str, str]:
+    """The last component built from a source (git or stand-in sdist), and a file of it to patch."""
+    v = matrix.load(tree).get(ref)
+    c = [c for c in v.components if c.spec.git][-1]
+    return c.name, "setup.py"
+
+
+def source_text(tree: Path, ref: str, name: str, path: str) -> str:
+    from rlbox.image import sources
+
+    v = matrix.load(tree).get(ref)
+    c = next(c for c in v.components if c.name == name)
+    standin = sources.standin_of(v, name)
+    if standin:
+        with tarfile.open(tree / ".rlbox-sources" / "sdist" / standin["file"]) as tar:
+            member = next(m for m in tar.getmembers() if m.name.split("/", 1)[-1] == path)
+            return tar.extractfile(member).read().decode()
+    git = sources.git_dir(tree / ".rlbox-sources", name, c.spec.commit)
+    return subprocess.run(["git", "--git-dir", str(git), "show", f"{c.spec.commit}:{path}"], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def edit_patch(tree: Path, ref: str, name: str, path: str, comment: str) -> None:
+    """patches/NAME/9999-rlbox-bench.patch adding a comment line at the top of ``path``; listed in the
+    release's manifest (patches do not change a lock); re-rendered."""
+    import difflib
+
+    before = source_text(tree, ref, name, path).splitlines(keepends=True)
+    after = [f"# {comment} ({time.time_ns()})\n", *before]
+    patch = "".join(difflib.unified_diff(before, after, f"a/{path}", f"b/{path}", n=3))
+    (tree / "patches" / name).mkdir(parents=True, exist_ok=True)
+    (tree / "patches" / name / "9999-rlbox-bench.patch").write_text(patch)
+    manifest = tree / "images" / f"{ref.split(':')[0]}.yaml"
+    data = yaml.safe_load(manifest.read_text())
+    data["components"][name]["patches"] = ["9999-rlbox-bench.patch"]
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    render.write(matrix.load(tree))
+
+
+def bump_component(tree: Path, ref: str, name: str) -> None:
+    from rlbox.image import sources
+
+    release, variant = ref.split(":")
+    lock = tree / "images" / "lock" / f"{release}.json"
+    data = json.loads(lock.read_text())
+    standin = data["variants"][variant]["git"][name].get("standin")
+    if not standin:
+        raise SystemExit(f"{name}: a bump of a git component needs a new commit in its cached repository (not done here)")
+    sdist = tree / ".rlbox-sources" / "sdist" / standin["file"]
+    stem = standin["file"][: -len(".tar.gz")]
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["tar", "-xzf", str(sdist), "-C", tmp], check=True)
+        top = next(Path(tmp).iterdir())
+        (top / "RLBOX-BENCH-BUMP").write_text(f"{time.time_ns()}\n")
+        sdist.unlink()  # hard-linked to the real cache: a new file, never an edit in place
+        subprocess.run(["tar", "-czf", str(sdist), "-C", tmp, top.name], check=True)
+    standin["sha256"] = sources.sha256(sdist)
+    lock.write_text(json.dumps(data, indent=1) + "\n")
+    render.write(matrix.load(tree))
+    print(f"bumped {name}: {stem} repacked with one more file, lock sha256 {standin['sha256'][:12]}")
+
+
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:] or ["lock"]
     if mode == "--quick":
@@ -270,6 +464,9 @@ if __name__ == "__main__":
         bench_lock(rest)
     elif mode in ("rebuild", "cold"):
         bench_rebuild(rest[0] if rest else DEFAULT, cold=mode == "cold")
+    elif mode == "sources":
+        bench_sources(rest[0] if rest else DEFAULT_SOURCES, float(rest[1]) if len(rest) > 1 and rest[1] != "-" else None,
+                      skip_whole="--no-whole" in rest)
     elif mode == "size":
         bench_size(rest or [DEFAULT])
     else:

@@ -6,8 +6,10 @@ if [ -s /run/secrets/ca ]; then
         REQUESTS_CA_BUNDLE=/run/secrets/ca CURL_CA_BUNDLE=/run/secrets/ca
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-# The source cache (`rlbox fetch-sources`), bind-mounted from the build context. With
-# RLBOX_OFFLINE=1 every script installs from it alone; the build then runs without a network.
+# The source cache (`rlbox fetch-sources`), bind-mounted from the build context: each RUN mounts
+# only the paths it reads (its debs/, wheels/ARCH-pyX.Y/, git/ or sdist/ entry), at the same place
+# below RLBOX_SOURCES. With RLBOX_OFFLINE=1 every script installs from it alone; the build then runs
+# without a network.
 export RLBOX_SOURCES=/opt/rlbox/sources
 rlbox_offline() { [ "${RLBOX_OFFLINE:-}" = 1 ]; }
 rlbox_missing_source() {

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import shlex
 
 import pytest
 
 from conftest import REPO, rlbox
-from rlbox.image import build
+from rlbox.image import build, sources
 from rlbox.core.errors import RlboxError
 
 
@@ -103,3 +105,52 @@ def test_plan_output_modes(m):
     ):
         with pytest.raises(RlboxError, match=message):
             build.plan(v, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# What each step mounts from the source cache, and what happens when a mounted path is absent.
+
+
+def test_the_plan_lists_exactly_the_mounts_of_its_dockerfile(m):
+    v = m.get("verl_pt210_cann910:ax-x86")
+    p = build.plan(v)
+    text = p.dockerfile.read_text()
+    binds = re.findall(r"--mount=type=bind,source=\.rlbox-sources/([^,]+),target=/opt/rlbox/sources/([^ ]+)", text)
+    assert [s for s, _ in binds] == list(p.mounts) and all(s == t for s, t in binds)
+    assert p.mounts[:2] == ("debs", "wheels/x86_64-py3.11")
+    assert set(p.mounts[2:]) == {"sdist/vllm-0.23.0.tar.gz", "sdist/vllm_ascend-0.23.0.post1.tar.gz"}
+    assert "source=.rlbox-sources," not in text  # no step mounts the whole cache
+
+
+def test_an_online_build_mounts_absent_sources_empty_and_says_so_in_one_line(m, tmp_path):
+    p = dataclasses.replace(build.plan(m.get("verl_pt210_cann910:ax-x86")), context=tmp_path)
+    said = []
+    build.mount_sources(p, said.append)
+    cache = tmp_path / ".rlbox-sources"
+    assert (cache / "debs").is_dir() and (cache / "wheels" / "x86_64-py3.11").is_dir()
+    assert (cache / "sdist" / "vllm-0.23.0.tar.gz").stat().st_size == 0
+    assert said == ["rlbox: .rlbox-sources/debs (and 3 more) not in the source cache: mounted empty, this build downloads "
+                    "instead (`rlbox fetch-sources verl_pt210_cann910:ax-x86` fills it)"]
+    said.clear()
+    build.mount_sources(p, said.append)  # present now: nothing to say
+    assert said == []
+
+
+def test_an_offline_build_names_the_first_absent_mount_and_the_fetch(m, tmp_path):
+    p = dataclasses.replace(build.plan(m.get("verl_pt210_cann910:ax-x86")), context=tmp_path, offline=True)
+    with pytest.raises(RlboxError) as err:
+        build.mount_sources(p, print)
+    assert str(err.value) == ("offline build of verl_pt210_cann910:ax-x86: .rlbox-sources/debs is missing (and 3 more): "
+                              "run `rlbox fetch-sources verl_pt210_cann910:ax-x86` where the network is reachable")
+    assert not (tmp_path / ".rlbox-sources").exists()
+
+
+def test_placeholders_are_not_taken_for_the_cache_offline(m, tmp_path):
+    v = m.get("verl_pt210_cann910:ax-x86")
+    sources.make_placeholders(tmp_path, sources.mounts(v))
+    gaps = sources.missing(v, tmp_path)
+    assert "sdist/vllm-0.23.0.tar.gz" in gaps and any(g.startswith("wheels/x86_64-py3.11/") for g in gaps)
+    git = m.get("verl_pt27_25rc3:ax-x86")
+    path = next(p for p in sources.mounts(git) if p.startswith("git/"))
+    sources.make_placeholders(tmp_path, [path])
+    assert path in sources.missing(git, tmp_path)  # an empty folder is not a repository

@@ -167,7 +167,7 @@ def _run_build_step(doc, ref, tmp_path, push, **extra):
     job = next(j for j in doc["jobs"]["build"]["strategy"]["matrix"]["include"] if j["ref"] == ref)
     step = _build_step(doc, "make image")
     env = _env(
-        REF=ref, PUSH="true" if push else "false", PLATFORM=job["platform"], REPOSITORY=job["repository"],
+        REF=ref, PUSH="true" if push else "false", PLATFORM=job["platform"], REPOSITORY=job["repository"], TAG=job["tag"],
         BASE_IMAGE=job["base_image"], CANN_BASE_TAG=job["cann_base_tag"], RUNNER_TEMP=str(tmp_path),
         RLBOX_BUILD_FLAGS="--dry-run", **extra,
     )
@@ -184,10 +184,13 @@ def test_build_step_pushes_by_digest_with_cache_and_base_mirror(doc, tmp_path):
     mirror = "swr.cn-south-1.myhuaweicloud.com/ascendhub/cann"
     argv, pairs = _run_build_step(doc, ref, tmp_path, push=True, CANN_BASE_MIRROR=mirror)
     assert ("--platform", "linux/arm64") in pairs
-    assert ("--cache-from", f"type=gha,scope={ref}") in pairs
-    assert ("--cache-to", f"type=gha,mode=max,ignore-error=true,scope={ref}") in pairs
-    assert ("--build-arg", f"BASE_IMAGE={mirror}:8.3.rc1-a3-ubuntu22.04-py3.11") in pairs
     repo = "swr.cn-south-1.myhuaweicloud.com/ascendhub/verl_pt27_25rc3"
+    # layers reused across runs: read from the registry cache and the Actions cache, written beside the image
+    assert ("--cache-from", f"type=registry,ref={repo}:buildcache-a3-arm") in pairs
+    assert ("--cache-from", f"type=gha,scope={ref}") in pairs
+    assert [b for a, b in pairs if a == "--cache-to"] == [
+        f"type=registry,ref={repo}:buildcache-a3-arm,mode=max,image-manifest=true,oci-mediatypes=true,ignore-error=true"]
+    assert ("--build-arg", f"BASE_IMAGE={mirror}:8.3.rc1-a3-ubuntu22.04-py3.11") in pairs
     assert ("--output", f"type=image,name={repo},push-by-digest=true,name-canonical=true,push=true") in pairs
     assert ("--metadata-file", f"{tmp_path}/build-metadata.json") in pairs
     assert "--tag" not in argv and "--load" not in argv
@@ -198,6 +201,9 @@ def test_build_step_without_push_builds_only(doc, tmp_path):
     argv, pairs = _run_build_step(doc, "verl_pt27_cann82rc1:ax-x86", tmp_path, push=False)
     assert ("--output", "type=cacheonly") in pairs and "--metadata-file" not in argv
     assert not any(a.startswith("BASE_IMAGE=") for a in argv)  # no mirror set: the manifest's base
+    # nothing pushed, no registry login: the layers go to the Actions cache (the registry's is still read)
+    assert [b for a, b in pairs if a == "--cache-to"] == ["type=gha,mode=max,ignore-error=true,scope=verl_pt27_cann82rc1:ax-x86"]
+    assert ("--cache-from", "type=gha,scope=verl_pt27_cann82rc1:ax-x86") in pairs
     argv, pairs = _run_build_step(doc, "rlbox_sim:arm64", tmp_path, push=False)
     assert ("--platform", "linux/arm64") in pairs and ("--output", "type=cacheonly") in pairs
     assert ("--build-arg", "BASE_IMAGE=docker.io/library/debian:bookworm") in pairs

@@ -109,21 +109,28 @@ def test_every_macro_has_a_golden_test(env):
 # Mounts.
 
 
-def test_sources_mount_binds_the_source_cache(m):
-    assert m.sources_mount() == "--mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources"
+def test_sources_mount_binds_one_path_of_the_source_cache(m):
+    # at the same place inside: the in-image scripts find it below RLBOX_SOURCES as in the cache
+    assert m.sources_mount("wheels/aarch64-py3.11") == (
+        "--mount=type=bind,source=.rlbox-sources/wheels/aarch64-py3.11,target=/opt/rlbox/sources/wheels/aarch64-py3.11")
+
+
+def test_sources_mount_refuses_what_is_not_a_plain_path(m):
+    with pytest.raises(ValueError):
+        m.sources_mount("sdist/a,target=/etc")
 
 
 def test_network_mounts_arm(m):
-    assert_golden(m.network_mounts(ARM), r"""
+    assert_golden(m.network_mounts(ARM, "git/verl-796871d7d092f7cbc6a64e7f4a3796f7a2217f5e.git"), r"""
         --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources
+            --mount=type=bind,source=.rlbox-sources/git/verl-796871d7d092f7cbc6a64e7f4a3796f7a2217f5e.git,target=/opt/rlbox/sources/git/verl-796871d7d092f7cbc6a64e7f4a3796f7a2217f5e.git
     """)
 
 
 def test_network_mounts_x86_has_its_own_pip_cache(m):
-    assert_golden(m.network_mounts(X86), r"""
+    assert_golden(m.network_mounts(X86, "wheels/x86_64-py3.11"), r"""
         --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-x86_64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources
+            --mount=type=bind,source=.rlbox-sources/wheels/x86_64-py3.11,target=/opt/rlbox/sources/wheels/x86_64-py3.11
     """)
 
 
@@ -133,7 +140,7 @@ def test_network_mounts_x86_has_its_own_pip_cache(m):
 
 def test_system_packages_apt(m):
     assert_golden(m.system_packages(ARM, ARM.system_packages), r"""
-        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources/debs,target=/opt/rlbox/sources/debs \
             rlbox-system-packages apt git patch libjemalloc2
     """)
 
@@ -141,7 +148,7 @@ def test_system_packages_apt(m):
 def test_system_packages_apt_with_python_from_the_os(m):
     v = variant(python="3.10", base_python="3.11")
     assert_golden(m.system_packages(v, v.system_packages), r"""
-        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources/debs,target=/opt/rlbox/sources/debs \
             rlbox-system-packages apt git patch libjemalloc2 python3.10 python3.10-venv python3.10-dev
     """)
 
@@ -149,7 +156,7 @@ def test_system_packages_apt_with_python_from_the_os(m):
 def test_system_packages_dnf(m):
     v = variant(os="openeuler22.03", system_packages={"apt": ["git"], "dnf": ["git", "patch", "gcc-c++"]})
     assert_golden(m.system_packages(v, v.system_packages), r"""
-        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+        RUN --mount=type=secret,id=ca \
             rlbox-system-packages dnf git patch gcc-c++ jemalloc
     """)
 
@@ -187,7 +194,7 @@ def test_component_git_editable(m):
     assert_golden(m.component(ARM, mindspeed), r"""
         # ---- mindspeed: git+https://github.com/Ascend/MindSpeed.git@1cdd0abd75e40936ad31721c092f57c695dd72c4
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/git/mindspeed-1cdd0abd75e40936ad31721c092f57c695dd72c4.git,target=/opt/rlbox/sources/git/mindspeed-1cdd0abd75e40936ad31721c092f57c695dd72c4.git \
             rlbox-git-fetch mindspeed https://github.com/Ascend/MindSpeed.git 1cdd0abd75e40936ad31721c092f57c695dd72c4 \
          && rlbox-pip --source -e /opt/rlbox/src/mindspeed
     """)
@@ -199,7 +206,7 @@ def test_component_git_install_pip(m):
     assert_golden(m.component(ARM, transformers), r"""
         # ---- transformers: git+https://github.com/huggingface/transformers.git@8365f70e9259c21058bf18f876006f945d2a99de
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/git/transformers-8365f70e9259c21058bf18f876006f945d2a99de.git,target=/opt/rlbox/sources/git/transformers-8365f70e9259c21058bf18f876006f945d2a99de.git \
             rlbox-git-fetch transformers https://github.com/huggingface/transformers.git 8365f70e9259c21058bf18f876006f945d2a99de \
          && rlbox-pip --source /opt/rlbox/src/transformers
     """)
@@ -211,7 +218,7 @@ def test_component_git_install_source_with_ref(m):
     assert_golden(m.component(ARM, megatron), r"""
         # ---- megatron: git+https://github.com/NVIDIA/Megatron-LM.git@a845aa7e12b3a117e24c2352b9e3e60bad2e3a17 (core_v0.12.1)
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/git/megatron-a845aa7e12b3a117e24c2352b9e3e60bad2e3a17.git,target=/opt/rlbox/sources/git/megatron-a845aa7e12b3a117e24c2352b9e3e60bad2e3a17.git \
             rlbox-git-fetch megatron https://github.com/NVIDIA/Megatron-LM.git a845aa7e12b3a117e24c2352b9e3e60bad2e3a17 core_v0.12.1 \
          && echo /opt/rlbox/src/megatron > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rlbox-megatron.pth"
     """)
@@ -224,7 +231,7 @@ def test_component_git_with_subdir_is_fetched_sparse_and_installed_pep660(m):
     assert_golden(m.component(ARM, rl_plugin), r"""
         # ---- rl_plugin: git+https://github.com/Ascend/MindSpeed-RL.git@194b52b7b34b69963f21bee0d13d01c155cd2db2 (v2.2.0)
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/git/rl_plugin-194b52b7b34b69963f21bee0d13d01c155cd2db2.git,target=/opt/rlbox/sources/git/rl_plugin-194b52b7b34b69963f21bee0d13d01c155cd2db2.git \
             rlbox-git-fetch rl_plugin https://github.com/Ascend/MindSpeed-RL.git 194b52b7b34b69963f21bee0d13d01c155cd2db2 v2.2.0 rl-plugin \
          && rlbox-pip --source --use-pep517 -e /opt/rlbox/src/rl_plugin/rl-plugin
     """)
@@ -236,7 +243,7 @@ def test_component_git_with_subdir_and_no_ref_install_source(m):
     assert_golden(m.component(ARM, plugin), r"""
         # ---- plugin: git+https://example.com/plugin.git@0123456789abcdef0123456789abcdef01234567
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/git/plugin-0123456789abcdef0123456789abcdef01234567.git,target=/opt/rlbox/sources/git/plugin-0123456789abcdef0123456789abcdef01234567.git \
             rlbox-git-fetch plugin https://example.com/plugin.git 0123456789abcdef0123456789abcdef01234567 '' python/pkg \
          && echo /opt/rlbox/src/plugin/python/pkg > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rlbox-plugin.pth"
     """)
@@ -253,7 +260,7 @@ def test_component_git_with_env_and_the_locked_scm_version(m):
     assert_golden(m.component(v, vllm_ascend), r"""
         # ---- vllm_ascend: git+https://github.com/vllm-project/vllm-ascend.git@1de16ead8eecfec8903ec1b330b27a4fa2593c35
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/git/vllm_ascend-1de16ead8eecfec8903ec1b330b27a4fa2593c35.git,target=/opt/rlbox/sources/git/vllm_ascend-1de16ead8eecfec8903ec1b330b27a4fa2593c35.git \
             rlbox-git-fetch vllm_ascend https://github.com/vllm-project/vllm-ascend.git 1de16ead8eecfec8903ec1b330b27a4fa2593c35 \
          && env COMPILE_CUSTOM_KERNELS=1 SOC_VERSION=ASCEND910B1 TARGET=910b-ascend910b1-aarch64 CFLAGS='-O2 -g' SETUPTOOLS_SCM_PRETEND_VERSION=0.10.0rc2.dev53+g1de16ead8 rlbox-pip --source -e /opt/rlbox/src/vllm_ascend
     """)
@@ -271,7 +278,7 @@ def test_component_git_with_a_stand_in_sdist_in_the_lock(m):
     assert_golden(m.component(v, vllm), rf"""
         # ---- vllm: git+https://github.com/vllm-project/vllm.git@38217877aa70041c0115ee367b75197af9cbc5ad
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/sdist/vllm-0.10.1.1.tar.gz,target=/opt/rlbox/sources/sdist/vllm-0.10.1.1.tar.gz \
             rlbox-sdist-fetch vllm {url} {"30" * 32} \
          && env VLLM_TARGET_DEVICE=empty SETUPTOOLS_SCM_PRETEND_VERSION=0.10.1.1 rlbox-pip --source -e /opt/rlbox/src/vllm
     """)
@@ -287,7 +294,7 @@ def test_component_git_with_patches(m):
         # ---- verl: git+https://github.com/volcengine/verl.git@796871d7d092f7cbc6a64e7f4a3796f7a2217f5e
         COPY patches/verl/0001-import-verl-npu-plugin.patch patches/verl/0002-fix-npu-device.patch /opt/rlbox/patches/verl/
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/git/verl-796871d7d092f7cbc6a64e7f4a3796f7a2217f5e.git,target=/opt/rlbox/sources/git/verl-796871d7d092f7cbc6a64e7f4a3796f7a2217f5e.git \
             rlbox-git-fetch verl https://github.com/volcengine/verl.git 796871d7d092f7cbc6a64e7f4a3796f7a2217f5e \
          && rlbox-apply-patches verl 5d41402abc4b2a76b9719d911017c592ae1f5c1e0c1b5e8f1e5a4c2b9d6e3f70=0001-import-verl-npu-plugin.patch 0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9=0002-fix-npu-device.patch \
          && rlbox-pip --source -e /opt/rlbox/src/verl
@@ -304,7 +311,7 @@ def test_component_git_with_everything_in_install_order(m):
         # ---- kitchen: git+https://example.com/kitchen.git@0123456789abcdef0123456789abcdef01234567 (v1.0)
         COPY patches/kitchen/0001-sink.patch /opt/rlbox/patches/kitchen/
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/git/kitchen-0123456789abcdef0123456789abcdef01234567.git,target=/opt/rlbox/sources/git/kitchen-0123456789abcdef0123456789abcdef01234567.git \
             rlbox-git-fetch kitchen https://example.com/kitchen.git 0123456789abcdef0123456789abcdef01234567 v1.0 src \
          && rlbox-apply-patches kitchen 5d41402abc4b2a76b9719d911017c592ae1f5c1e0c1b5e8f1e5a4c2b9d6e3f70=0001-sink.patch \
          && env A=1 rlbox-pip --source '--config-settings=a~b' /opt/rlbox/src/kitchen/src
@@ -385,7 +392,7 @@ def test_dockerfile_venv_step_installs_exactly_the_lock(env):
         ENV VIRTUAL_ENV=/opt/rlbox/venv PATH=/opt/rlbox/venv/bin:$PATH
         COPY dockerfiles/macros/a2/requirements.lock dockerfiles/macros/a2/requirements-sdist.lock /etc/rlbox/
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/wheels/aarch64-py3.11,target=/opt/rlbox/sources/wheels/aarch64-py3.11 \
             python3 -m venv --system-site-packages /opt/rlbox/venv \
          && mkdir -p /opt/rlbox/src \
          && touch /etc/rlbox/patches.applied \
@@ -403,7 +410,7 @@ def test_dockerfile_venv_step_on_the_os_python(env):
         ENV VIRTUAL_ENV=/opt/rlbox/venv PATH=/opt/rlbox/venv/bin:$PATH
         COPY dockerfiles/macros/a2/requirements.lock dockerfiles/macros/a2/requirements-sdist.lock /etc/rlbox/
         RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/pip,id=rlbox-pip-aarch64,sharing=locked \
-            --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+            --mount=type=bind,source=.rlbox-sources/wheels/aarch64-py3.10,target=/opt/rlbox/sources/wheels/aarch64-py3.10 \
             /usr/bin/python3.10 -m venv --system-site-packages /opt/rlbox/venv \
          && mkdir -p /opt/rlbox/src \
          && touch /etc/rlbox/patches.applied \
@@ -465,6 +472,6 @@ def test_dockerfile_runtime_env_step_jemalloc_dnf(env):
 def test_dockerfile_system_packages_step_uses_the_macro(env):
     assert_golden(step(DNF, "# ---- System packages", env), r"""
         # ---- System packages: git and patch for sources, jemalloc, build tools
-        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources,target=/opt/rlbox/sources \
+        RUN --mount=type=secret,id=ca \
             rlbox-system-packages dnf git patch jemalloc
     """)

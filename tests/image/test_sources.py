@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from rlbox.image import rehearsal
 from support import selftest
 from conftest import rlbox
 
@@ -54,4 +55,19 @@ def test_offline_build_uses_only_the_source_cache(tmp_path, fixture_git, ca_bund
     assert offline["python_packages"] == online["python_packages"]
     assert offline["os_packages"] == online["os_packages"]
     assert offline["git_sources"] == online["git_sources"] and offline["patches"] == online["patches"]
+
+    # What does not concern a layer leaves it cached (issue 28): each RUN mounts only what it reads, and
+    # BuildKit keys it on that alone. A wheel of another platform, another component's repository and
+    # another release's sdist appear in the cache; the same build again takes every step from the cache.
+    other = "aarch64" if selftest.HARDWARE == "ax" else "x86_64"
+    (cache / "wheels" / f"{other}-py3.11").mkdir(parents=True, exist_ok=True)
+    (cache / "wheels" / f"{other}-py3.11" / "unrelated-1.0-py3-none-any.whl").write_bytes(b"PK not a wheel")
+    (cache / "git" / f"unrelated-{'0' * 40}.git").mkdir()
+    (cache / "git" / f"unrelated-{'0' * 40}.git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (cache / "sdist").mkdir(exist_ok=True)
+    (cache / "sdist" / "unrelated-1.0.tar.gz").write_bytes(b"not an sdist")
+    proc = rlbox(*(a for a in build if a != "--no-cache"), cwd=tree)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = [s for s in rehearsal.parse_build_log(proc.stderr.splitlines()) if s.kind != "FROM"]
+    assert len(steps) > 10 and all(s.cached for s in steps), [f"{s.position} {s.text[:60]}" for s in steps if not s.cached]
     client.images.remove(OFFLINE_TAG, force=True)

@@ -39,6 +39,9 @@ class BuildPlan:
     build_args: dict[str, str] = field(default_factory=dict)
     output: str = "load"  # "load", "push", "digest" (push by digest to `repository`) or "none"
     repository: str | None = None
+    # what the Dockerfile bind-mounts from the source cache (relative to it), checked before BuildKit starts
+    mounts: tuple[str, ...] = ()
+    offline: bool = False
 
     def describe_output(self) -> str:
         """Where the result goes, for humans: the tags, the repository pushed by digest, or nowhere."""
@@ -58,7 +61,7 @@ class BuildPlan:
     def as_dict(self) -> dict:
         return {"ref": self.ref, "argv": list(self.argv), "dockerfile": str(self.dockerfile), "context": str(self.context),
                 "platform": self.platform, "tags": list(self.tags), "output": self.output, "repository": self.repository,
-                "build_args": dict(self.build_args)}
+                "build_args": dict(self.build_args), "mounts": list(self.mounts)}
 
 
 def plan(
@@ -141,11 +144,7 @@ def plan(
             raise RlboxError(f"--network {network} contradicts an offline build, which runs with no network")
         gaps = sources.missing(variant) if require_sources else []
         if gaps:
-            raise RlboxError(
-                f"offline build of {variant.ref}: {SOURCES_DIR}/{gaps[0]} is missing"
-                f"{f' (and {len(gaps) - 1} more)' if len(gaps) > 1 else ''}: run `rlbox fetch-sources {variant.ref}` "
-                "where the network is reachable"
-            )
+            raise RlboxError(offline_gap(variant.ref, gaps))
         network = "none"
         args["RLBOX_OFFLINE"] = "1"
     if rehearsal:
@@ -180,7 +179,7 @@ def plan(
     argv.append(str(variant.root))
     return BuildPlan(
         variant.ref, tuple(argv), dockerfile, variant.root, platform, tags, output in ("push", "digest"), args,
-        output, push_by_digest,
+        output, push_by_digest, tuple(sources.mounts(variant)), offline,
     )
 
 
@@ -241,6 +240,7 @@ def execute(build: BuildPlan, *, echo=None) -> None:
     probe = subprocess.run([docker, "buildx", "version"], capture_output=True, text=True)
     if probe.returncode != 0:
         raise RlboxError("docker buildx is not available: install the buildx plugin (see README, 'Set up')")
+    mount_sources(build, echo)
     tail: deque[str] = deque(maxlen=60)
     cause = None
     proc = subprocess.Popen(build.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -261,6 +261,28 @@ def execute(build: BuildPlan, *, echo=None) -> None:
         if cause is None:
             cause = _generic_cause(tail)
         raise RlboxError(f"build of {build.ref} failed: {cause}", exit_code=1)
+
+
+def mount_sources(build: BuildPlan, echo) -> None:
+    """Every path of the source cache the Dockerfile bind-mounts must exist, or BuildKit stops with
+    "not found". Offline: one line naming the first absent one and the command that fetches it.
+    Online (the build downloads instead): absent ones are made empty, named in one line."""
+    cache = build.context / SOURCES_DIR
+    absent = [p for p in build.mounts if not (cache / p).exists()]
+    if not absent:
+        return
+    if build.offline:
+        raise RlboxError(offline_gap(build.ref, absent))
+    more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""
+    sources.make_placeholders(cache, absent)
+    echo(f"rlbox: {SOURCES_DIR}/{absent[0]}{more} not in the source cache: mounted empty, this build downloads "
+         f"instead (`rlbox fetch-sources {build.ref}` fills it)")
+
+
+def offline_gap(ref: str, gaps: list[str]) -> str:
+    more = f" (and {len(gaps) - 1} more)" if len(gaps) > 1 else ""
+    return (f"offline build of {ref}: {SOURCES_DIR}/{gaps[0]} is missing{more}: run `rlbox fetch-sources {ref}` "
+            "where the network is reachable")
 
 
 def require_platform(platform: str, docker: str = "docker") -> None:

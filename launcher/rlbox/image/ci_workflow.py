@@ -3,7 +3,8 @@
 ``render`` returns the text of ``.github/workflows/images.yml``. ``rlbox render`` writes it next
 to the Dockerfiles and ``rlbox render --check`` reports it stale or missing, so the job matrix
 is typed once, in ``images/``. The workflow builds each RELEASE:VARIANT through ``make image``
-(the target developers use), with the GitHub Actions BuildKit cache, pushes it to SWR by digest
+(the target developers use), reusing BuildKit's layers across runs (a registry cache beside the image,
+written by the runs that push; the GitHub Actions cache, written by the others), pushes it to SWR by digest
 and then tags that digest twice: the human tag (``verl_pt27_25rc3:a3-arm``) and an immutable
 one carrying the commit (``a3-arm-<sha12>``, the form ``rlbox push`` gives).
 
@@ -188,7 +189,7 @@ TEMPLATE = """\
 # Change images/*.yaml or launcher/rlbox/image/ci_workflow.py, then run `rlbox render`; CI runs `rlbox render --check`.
 #
 # Builds the RELEASE:VARIANTs of the matrix (@@COUNT@@ jobs) through `make image`, the target developers use,
-# with the GitHub Actions BuildKit cache. On pushes to main, v* tags and manual runs, each image is pushed to
+# reusing BuildKit's layers across runs (registry cache REPO:buildcache-TAG, Actions cache). On pushes to main, v* tags and manual runs, each image is pushed to
 # SWR by digest, then tagged REPO:TAG and REPO:TAG-<commit12>; pull requests build without pushing.
 @@LEFT_OUT@@
 # Secrets: SWR_USERNAME, SWR_PASSWORD. Optional repository variables:
@@ -291,10 +292,19 @@ jobs:
         env:
           PLATFORM: ${{ matrix.platform }}
           REPOSITORY: ${{ matrix.repository }}
+          TAG: ${{ matrix.tag }}
           BASE_IMAGE: ${{ matrix.base_image }}
           CANN_BASE_TAG: ${{ matrix.cann_base_tag }}
         run: |
-          flags="--platform $PLATFORM --cache-from type=gha,scope=$REF --cache-to type=gha,mode=max,ignore-error=true,scope=$REF"
+          # BuildKit's layer cache across runs, read from both places: runs that push write it next to the image
+          # in the registry (a CANN image's layers outgrow the Actions cache's 10 GB), the others to the Actions cache
+          cache="$SWR_REGISTRY/$REPOSITORY:buildcache-$TAG"
+          flags="--platform $PLATFORM --cache-from type=registry,ref=$cache --cache-from type=gha,scope=$REF"
+          if [ "$PUSH" = true ]; then
+            flags="$flags --cache-to type=registry,ref=$cache,mode=max,image-manifest=true,oci-mediatypes=true,ignore-error=true"
+          else
+            flags="$flags --cache-to type=gha,mode=max,ignore-error=true,scope=$REF"
+          fi
           if [ -n "$BASE_IMAGE" ]; then
             flags="$flags --base-image $BASE_IMAGE"
           elif [ -n "$CANN_BASE_MIRROR" ] && [ -n "$CANN_BASE_TAG" ]; then

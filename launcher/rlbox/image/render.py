@@ -19,6 +19,7 @@ import jinja2
 from rlbox.core import quote
 from rlbox.core.errors import RlboxError
 from rlbox.image import ci_workflow as workflow
+from rlbox.image import sources
 from rlbox.image.matrix import Matrix, ResolvedVariant, fill_hardware
 from rlbox.image.requirements import canonical
 
@@ -28,7 +29,8 @@ def environment(root: Path) -> jinja2.Environment:
     and the filters: ``q`` (one word of a shell-form instruction: quoted, control characters
     refused), ``word`` (a plain token, refused otherwise: package names, digests), ``envkey`` (an
     environment variable name), ``hwformat`` (hardware placeholders). Every value from a manifest
-    or the lock goes through one of the first three (rlbox.core.quote)."""
+    or the lock goes through one of the first three (rlbox.core.quote). The globals ``deb_mount``,
+    ``wheel_mount``, ``component_mount`` name what a step mounts from the source cache."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(root / "templates")),
         undefined=jinja2.StrictUndefined,
@@ -41,6 +43,9 @@ def environment(root: Path) -> jinja2.Environment:
     env.filters["jsonform"] = quote.dockerfile_json  # for exec-form (JSON) instructions
     env.filters["hwformat"] = fill_hardware
     env.filters["canonical"] = canonical
+    # what each step bind-mounts from the source cache (only what it reads: rlbox.image.sources)
+    env.globals.update(deb_mount=sources.deb_mount, wheel_mount=sources.wheel_mount,
+                       component_mount=sources.component_mount)
     return env
 
 

@@ -60,6 +60,60 @@ def standin_of(v: ResolvedVariant, name: str) -> dict | None:
     return v.lock.git.get(name, {}).get("standin")
 
 
+# What each step of a rendered Dockerfile bind-mounts from the source cache (paths relative to it, the
+# same inside the image under TARGET): only what that step reads, so that BuildKit, which keys a RUN on
+# the content of what it mounts, keeps every layer a change elsewhere in the cache does not concern, and
+# sends in the build context only the mounted paths.
+TARGET = "/opt/rlbox/sources"
+
+
+def deb_mount(v: ResolvedVariant) -> str | None:
+    """The OS packages step of an apt base: all of ``debs/`` (small; a Dockerfile cannot name the base's
+    own OS folder: a stand-in base may differ from the manifest's, and the BuildKit of Docker 20.10
+    expands no ARG in a mount's source). None for dnf, which installs from the network only."""
+    return "debs" if v.package_manager == "apt" else None
+
+
+def wheel_mount(v: ResolvedVariant) -> str:
+    """The locked-files step: the wheels of the variant's platform and Python."""
+    return f"wheels/{v.arch}-py{v.release.python}"
+
+
+def component_mount(v: ResolvedVariant, c) -> str | None:
+    """A git component's step: its stand-in sdist file, or its commit's bare repository; None for a pip pin."""
+    if not c.spec.git:
+        return None
+    standin = standin_of(v, c.name)
+    if standin:
+        return f"sdist/{names.check(standin['file'], 'sdist', 'file')}"
+    return f"git/{names.check(c.name, 'component', 'file')}-{checked_commit(c.spec.commit, c.name)}.git"
+
+
+def mounts(v: ResolvedVariant) -> list[str]:
+    """Every path of the cache the rendered Dockerfile of ``v`` bind-mounts, in step order."""
+    found = [deb_mount(v), wheel_mount(v), *(component_mount(v, c) for c in v.components)]
+    return [p for p in found if p]
+
+
+def absent_mounts(v: ResolvedVariant, dest: Path | None = None) -> list[str]:
+    """The mounted paths that do not exist (BuildKit would stop on the first: "not found")."""
+    dest = dest or default_dest(v)
+    return [p for p in mounts(v) if not (dest / p).exists()]
+
+
+def make_placeholders(dest: Path, paths: list[str]) -> None:
+    """Empty stand-ins in ``dest`` for absent mount sources of an online build, which downloads what
+    they would hold: a folder, or an empty file for an sdist (the in-image scripts take only a
+    non-empty one)."""
+    for rel in paths:
+        path = names.inside(dest, rel, what="mount source")
+        if rel.startswith("sdist/"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+
+
 def missing(v: ResolvedVariant, dest: Path | None = None, *, base_os: str | None = None) -> list[str]:
     """What an offline build of ``v`` would not find in the cache (paths relative to it)."""
     dest = dest or default_dest(v)
@@ -69,9 +123,10 @@ def missing(v: ResolvedVariant, dest: Path | None = None, *, base_os: str | None
             continue
         standin = standin_of(v, c.name)
         if standin:
-            if not (sdist_dir(dest) / standin["file"]).is_file():
+            sdist = sdist_dir(dest) / standin["file"]
+            if not sdist.is_file() or sdist.stat().st_size == 0:  # empty: an online build's placeholder
                 out.append(f"sdist/{standin['file']}")
-        elif not git_dir(dest, c.name, c.spec.commit).is_dir():
+        elif not (git_dir(dest, c.name, c.spec.commit) / "HEAD").is_file():  # not an empty placeholder
             out.append(str(git_dir(dest, c.name, c.spec.commit).relative_to(dest)))
     wheels = wheel_dir(dest, v)
     absent = [p["file"] for p in v.lock.pip.values() if not (wheels / p["file"]).is_file()]
