@@ -129,7 +129,7 @@ EOF
 #   the same name in bookworm, and libjemalloc lands in the same multiarch path
 #   (/usr/lib/<triplet>/libjemalloc.so.2): nothing to map.
 # - /etc/os-release says Debian 12 (true): offline builds read their OS packages from the source
-#   cache's debs/debian12-<arch>, which `rlbox rehearse` fills from this base.
+#   cache's debs/<arch>/debian12, which `rlbox rehearse` fills from this base.
 debian_fixups() {
     rm -f "$rootfs"/usr/lib/python3.11/EXTERNALLY-MANAGED
 }

@@ -7,7 +7,7 @@ if [ -s /run/secrets/ca ]; then
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 # The source cache (`rlbox fetch-sources`), bind-mounted from the build context: each RUN mounts
-# only the paths it reads (its debs/, wheels/ARCH-pyX.Y/, git/ or sdist/ entry), at the same place
+# only the paths it reads (its debs/ARCH/, wheels/ARCH-pyX.Y/, git/ or sdist/ entry), at the same place
 # below RLBOX_SOURCES. With RLBOX_OFFLINE=1 every script installs from it alone; the build then runs
 # without a network.
 export RLBOX_SOURCES=/opt/rlbox/sources

@@ -117,7 +117,7 @@ def test_the_plan_lists_exactly_the_mounts_of_its_dockerfile(m):
     text = p.dockerfile.read_text()
     binds = re.findall(r"--mount=type=bind,source=\.rlbox-sources/([^,]+),target=/opt/rlbox/sources/([^ ]+)", text)
     assert [s for s, _ in binds] == list(p.mounts) and all(s == t for s, t in binds)
-    assert p.mounts[:2] == ("debs", "wheels/x86_64-py3.11")
+    assert p.mounts[:2] == ("debs/x86_64", "wheels/x86_64-py3.11")
     assert set(p.mounts[2:]) == {"sdist/vllm-0.23.0.tar.gz", "sdist/vllm_ascend-0.23.0.post1.tar.gz"}
     assert "source=.rlbox-sources," not in text  # no step mounts the whole cache
 
@@ -127,9 +127,9 @@ def test_an_online_build_mounts_absent_sources_empty_and_says_so_in_one_line(m, 
     said = []
     build.mount_sources(p, said.append)
     cache = tmp_path / ".rlbox-sources"
-    assert (cache / "debs").is_dir() and (cache / "wheels" / "x86_64-py3.11").is_dir()
+    assert (cache / "debs" / "x86_64").is_dir() and (cache / "wheels" / "x86_64-py3.11").is_dir()
     assert (cache / "sdist" / "vllm-0.23.0.tar.gz").stat().st_size == 0
-    assert said == ["rlbox: .rlbox-sources/debs (and 3 more) not in the source cache: mounted empty, this build downloads "
+    assert said == ["rlbox: .rlbox-sources/debs/x86_64 (and 3 more) not in the source cache: mounted empty, this build downloads "
                     "instead (`rlbox fetch-sources verl_pt210_cann910:ax-x86` fills it)"]
     said.clear()
     build.mount_sources(p, said.append)  # present now: nothing to say
@@ -140,7 +140,7 @@ def test_an_offline_build_names_the_first_absent_mount_and_the_fetch(m, tmp_path
     p = dataclasses.replace(build.plan(m.get("verl_pt210_cann910:ax-x86")), context=tmp_path, offline=True)
     with pytest.raises(RlboxError) as err:
         build.mount_sources(p, print)
-    assert str(err.value) == ("offline build of verl_pt210_cann910:ax-x86: .rlbox-sources/debs is missing (and 3 more): "
+    assert str(err.value) == ("offline build of verl_pt210_cann910:ax-x86: .rlbox-sources/debs/x86_64 is missing (and 3 more): "
                               "run `rlbox fetch-sources verl_pt210_cann910:ax-x86` where the network is reachable")
     assert not (tmp_path / ".rlbox-sources").exists()
 

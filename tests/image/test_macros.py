@@ -140,7 +140,7 @@ def test_network_mounts_x86_has_its_own_pip_cache(m):
 
 def test_system_packages_apt(m):
     assert_golden(m.system_packages(ARM, ARM.system_packages), r"""
-        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources/debs,target=/opt/rlbox/sources/debs \
+        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources/debs/aarch64,target=/opt/rlbox/sources/debs/aarch64 \
             rlbox-system-packages apt git patch libjemalloc2
     """)
 
@@ -148,7 +148,7 @@ def test_system_packages_apt(m):
 def test_system_packages_apt_with_python_from_the_os(m):
     v = variant(python="3.10", base_python="3.11")
     assert_golden(m.system_packages(v, v.system_packages), r"""
-        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources/debs,target=/opt/rlbox/sources/debs \
+        RUN --mount=type=secret,id=ca --mount=type=bind,source=.rlbox-sources/debs/aarch64,target=/opt/rlbox/sources/debs/aarch64 \
             rlbox-system-packages apt git patch libjemalloc2 python3.10 python3.10-venv python3.10-dev
     """)
 

@@ -141,7 +141,7 @@ def test_an_arm64_variant_rehearses_on_its_own_debian_stand_in(m):
     assert p.base == "rlbox/cann-standin:8.2.rc1-a3-debian12-py3.11-arm64"
     assert p.real_base == "quay.io/ascend/cann:8.2.rc1-a3-ubuntu22.04-py3.11"
     assert p.build.platform == "linux/arm64" and "--platform" in p.build.argv
-    assert p.standin.os == "debian12"  # its OS packages: .rlbox-sources/debs/debian12-aarch64
+    assert p.standin.os == "debian12"  # its OS packages: .rlbox-sources/debs/aarch64/debian12
     assert p.standin.script_args("8.2.RC1") == ["--platform", "linux/arm64", "--os", "debian12", "8.2.RC1", p.base]
     assert "substitution: base rlbox/cann-standin:8.2.rc1-a3-debian12-py3.11-arm64 for quay.io/ascend/cann:8.2.rc1-a3" \
            "-ubuntu22.04-py3.11: Debian 12 (bookworm) arm64 with Python 3.11" in p.describe()

@@ -42,9 +42,10 @@ def wheel_dir(dest: Path, v: ResolvedVariant) -> Path:
 
 
 def deb_dir(dest: Path, v: ResolvedVariant, base_os: str | None = None) -> Path:
-    """The OS packages for ``v``'s base: named by the base's OS (``base_os``, the ID+VERSION_ID of its
-    /etc/os-release, as the in-image installer reads it; a stand-in base may differ from the manifest's)."""
-    return dest / "debs" / f"{base_os or v.release.os}-{v.arch}"
+    """The OS packages for ``v``'s base: below its architecture (what a Dockerfile can name), named by
+    the base's OS (``base_os``, the ID+VERSION_ID of its /etc/os-release, as the in-image installer reads
+    it; a stand-in base may differ from the manifest's)."""
+    return dest / "debs" / v.arch / (base_os or v.release.os)
 
 
 def sdist_dir(dest: Path) -> Path:
@@ -68,10 +69,11 @@ TARGET = "/opt/rlbox/sources"
 
 
 def deb_mount(v: ResolvedVariant) -> str | None:
-    """The OS packages step of an apt base: all of ``debs/`` (small; a Dockerfile cannot name the base's
-    own OS folder: a stand-in base may differ from the manifest's, and the BuildKit of Docker 20.10
-    expands no ARG in a mount's source). None for dnf, which installs from the network only."""
-    return "debs" if v.package_manager == "apt" else None
+    """The OS packages step of an apt base: ``debs/ARCH/``, the packages of every OS of the variant's
+    architecture (a Dockerfile cannot name the base's own OS folder: a stand-in base may differ from
+    the manifest's, and the BuildKit of Docker 20.10 expands no ARG in a mount's source), so that the
+    packages of another platform never touch this step. None for dnf, which installs from the network."""
+    return f"debs/{v.arch}" if v.package_manager == "apt" else None
 
 
 def wheel_mount(v: ResolvedVariant) -> str:
