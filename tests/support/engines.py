@@ -1,4 +1,4 @@
-"""Hosts with engines of their own, for the delivery tests (tests/delivery/test_execute.py): per host a second
+"""Hosts with engines of their own, for the delivery tests (tests/delivery/test_delivery_execute.py): per host a second
 dockerd (its own data root, exec root, pid file and unix socket; a bridge of its own, no iptables) and a
 throwaway sshd on its own loopback address whose sessions reach that engine (SetEnv DOCKER_HOST).
 All sshds accept one client key, so a chain of hosts can ssh to each other with a forwarded
