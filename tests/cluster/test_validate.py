@@ -103,7 +103,8 @@ def test_dapo_entry_composes_with_trainer_config_on_the_search_path(verl_source)
 
 
 def test_every_recipe_validates_clean(verl050, verl_source):
-    nearest = {"verl_pt27_25rc3": verl_source, "verl_pt27_cann82rc1": validate.from_wheel("0.7.0"), "verl_cpu": verl050}
+    nearest = {"verl_pt27_25rc3": verl_source, "verl_pt27_cann82rc1": validate.from_wheel("0.7.0"), "verl_cpu": verl050,
+               "verl_cpu_09": validate.from_wheel("0.9.1")}
     for r in recipes.all_recipes():
         argv, _ = r.resolve({}, [])
         from rlbox.cluster.jobs import plan_job
