@@ -47,8 +47,8 @@ from support.testbed import ROOT, Testbed, rlbox  # noqa: E402
 # its own tag of the simulation image: another `make sim-image` on a shared engine retags
 # localhost/rlbox/sim:amd64, and the testbed's hosts must hold what the run's tag names
 SIM_IMAGE = "localhost/rlbox/sim:amd64"
-IMAGE = os.environ.get("RLBOX_FAULTS_IMAGE", f"localhost/rlbox-{NAME}/sim:amd64")
 NAME = os.environ.get("RLBOX_FAULTS_TESTBED", "flt")
+IMAGE = os.environ.get("RLBOX_FAULTS_IMAGE", f"localhost/rlbox-{NAME}/sim:amd64")
 SUBNET = os.environ.get("RLBOX_FAULTS_SUBNET", "10.231.0.0/24")
 UP_NAME, UP_SUBNET = NAME[:3] + "u", SUBNET.rsplit(".", 2)[0] + "." + str(int(SUBNET.split(".")[2]) + 1) + ".0/24"
 PREFIX = os.environ.get("RLBOX_BENCH_PREFIX", "flt")

@@ -5,6 +5,7 @@ removal is best effort, never an error of its own)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import signal
 import threading
 from collections.abc import Iterator
@@ -31,8 +32,15 @@ def local_client(node: str | None = None):
     return client
 
 
+# The errors of a connection to an engine that is not there (refused, reset, cut off, its socket
+# file absent); any other OSError (a full disk, a permission) is no statement about the engine.
+_UNREACHABLE = frozenset({errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT,
+                          errno.EHOSTUNREACH, errno.EHOSTDOWN, errno.ENETUNREACH, errno.ENETDOWN, errno.ENOENT})
+
+
 def _socket_error(err: BaseException) -> OSError | None:
-    """The socket's own error under a client's wrappers (docker-py, requests, urllib3), if any."""
+    """The connection's own error under a client's wrappers (docker-py, requests, urllib3), if the
+    engine could not be reached; None for any other error."""
     seen, todo = set(), [err]
     while todo and len(seen) < 50:
         e = todo.pop(0)
@@ -40,7 +48,7 @@ def _socket_error(err: BaseException) -> OSError | None:
             continue
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno and e.strerror:
-            return e
+            return e if e.errno in _UNREACHABLE else None
         if isinstance(e, ConnectionError) and e.args and isinstance(e.args[0], str):  # http.client's RemoteDisconnected
             return OSError(0, e.args[0])
         for x in (getattr(e, "reason", None), e.__cause__, e.__context__, *getattr(e, "args", ())):
