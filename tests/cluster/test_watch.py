@@ -304,3 +304,37 @@ def test_an_engine_call_that_hangs_names_its_node_after_the_patience_not_the_cli
         assert time.monotonic() - began < 1.5
     finally:
         release.set()
+
+
+def test_an_engine_silent_for_the_patience_is_named_then_not_at_the_next_look(monkeypatch):
+    """A look goes out once a period; a call of it still out when the patience is reached names its
+    node at the next tick (half a second of the log follower), not up to a period later (bench/faults.py:
+    a head cut off the network was named after 5.0 s with a patience of 3 s and a 1 s period)."""
+    import threading
+    import time
+
+    monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.6)
+    monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
+    release = threading.Event()
+
+    class Box_:
+        status = "running"
+
+    class Containers:
+        def get(self, name):
+            release.wait(30)
+            return Box_()
+
+    node = type("N", (), {"client": type("C", (), {"containers": Containers()})()})()
+    w = watch.Watch(NODES[:1], ["c0"], [node], None, every=30.0)
+    try:
+        w.check()  # the first look: its call hangs
+        began = time.monotonic()
+        assert not w.overdue(w.clock())
+        with pytest.raises(watch.NodeLost, match=r"node0 \(h0\), the Ray head, was lost: its engine has not answered"):
+            while time.monotonic() - began < 5:
+                w.check()
+                time.sleep(0.05)
+        assert time.monotonic() - began < 1.0  # the 30 s period did not hold it
+    finally:
+        release.set()

@@ -253,10 +253,16 @@ class Watch:
         down = self.clock() - self._dashboard_down_since if self._dashboard_down_since else 0.0
         return judge(self.expected, boxes, table, down)
 
+    def overdue(self, now: float) -> bool:
+        """An engine call still out for ENGINE_PATIENCE: its node is to be named now, not at the
+        next look (which may be up to ``every`` seconds away)."""
+        return any(now - call.began >= ENGINE_PATIENCE for call in self._pending.values())
+
     def check(self, force: bool = False) -> None:
-        """Raise NodeLost when a node is lost; at most once per ``every`` seconds unless forced."""
+        """Raise NodeLost when a node is lost; at most once per ``every`` seconds unless forced, or
+        an engine's silence has just reached ENGINE_PATIENCE (named then, not up to a period later)."""
         now = self.clock()
-        if not force and now - self._last < self.every:
+        if not force and now - self._last < self.every and not self.overdue(now):
             return
         self._last = now
         loss = self.look()
