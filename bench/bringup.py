@@ -192,6 +192,8 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
     def echo(line: str) -> None:
         if line.startswith("cluster ready"):
             ready_at.append(time.perf_counter())
+        elif "starting it again" in line:  # a raylet that timed out registering (Ray's 30 s) is counted in
+            print(f"{n} host(s): rlbox: {line}", flush=True)
 
     plan, run_dir = launch.prepare(launch.RunRequest(cluster_file=cluster, name=f"{name}{n}", runs_dir=runs))
     checks_of = checks.checks_before_start(plan, replace=True, echo=echo)

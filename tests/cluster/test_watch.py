@@ -338,3 +338,71 @@ def test_an_engine_silent_for_the_patience_is_named_then_not_at_the_next_look(mo
         assert time.monotonic() - began < 1.0  # the 30 s period did not hold it
     finally:
         release.set()
+
+
+TIMED_OUT = ("Exception: The current node timed out during startup. This could happen because some of the raylet "
+             "failed to startup or the GCS has become overloaded.")
+
+
+@pytest.mark.parametrize("node, box, tries, again", [
+    (NODES[1], Box("exited", 1, TIMED_OUT), 0, True),  # Ray's own words (bench/bringup.py, 16 testbed hosts)
+    (NODES[1], Box("exited", 1, TIMED_OUT), 1, True),
+    (NODES[1], Box("exited", 1, TIMED_OUT), 2, False),  # START_AGAIN spent: the node is lost
+    (NODES[0], Box("exited", 1, TIMED_OUT), 0, False),  # never the head: the workers registered with it
+    # the exception on stderr before `ray start`'s last stdout line (16 testbed hosts: node9)
+    (NODES[1], Box("exited", 1, "INFO scripts.py:1234 -- Local node IP: 10.0.0.2",
+                   tail=(TIMED_OUT, "INFO scripts.py:1234 -- Local node IP: 10.0.0.2")), 0, True),
+    (NODES[1], Box("exited", 1, "rlbox-node: head 10.0.0.1:6379 unreachable"), 0, False),  # another failure
+    (NODES[1], Box("exited", 137, ""), 0, False),  # killed
+    (NODES[1], Box("running"), 0, False),
+    (NODES[1], Box(watch.GONE), 0, False),
+])
+def test_a_worker_whose_raylet_timed_out_registering_is_started_again_during_bring_up(node, box, tries, again):
+    assert watch.start_again(node, box, tries) is again
+
+
+def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_after_the_second(monkeypatch):
+    """Cluster.wait_ready on engines that answer as Docker does: a worker exited with Ray's start-up
+    time-out is started again (said in a line) up to START_AGAIN times; then it is a lost node."""
+    from types import SimpleNamespace
+
+    from rlbox.cluster import execute, ray as ray_mod
+
+    class Container:
+        def __init__(self, name):
+            self.name, self.status, self.starts = name, "running", 0
+            self.attrs = {"State": {"ExitCode": 0}}
+
+        def logs(self, tail=None):
+            if self.status == "exited":
+                return f"{TIMED_OUT}\nINFO scripts.py:1234 -- Local node IP: 10.0.0.2\n".encode()
+            return b"rlbox-node: worker on 10.0.0.2 (eth0), head 10.0.0.1:6379\n"
+
+        def start(self):
+            self.starts += 1
+            self.status = "running"
+
+    boxes = {"c0": Container("c0"), "c1": Container("c1")}
+    engine = SimpleNamespace(containers=SimpleNamespace(get=lambda name: boxes[name]))
+    nodes = [SimpleNamespace(client=engine, close=lambda: None) for _ in boxes]
+    plan = SimpleNamespace(total_npus=32, nodes=[
+        SimpleNamespace(index=i, label=f"node{i} (h{i})", role=role, container=SimpleNamespace(name=f"c{i}", ip=None),
+                        host=SimpleNamespace(name=f"h{i}", address=f"10.0.0.{i + 1}"))
+        for i, role in enumerate(("head", "worker"))])
+    said = []
+    cluster = execute.Cluster(plan, nodes, said.append, dashboard="http://127.0.0.1:1")
+
+    def looks(base, expected, total, timeout, progress, alive_check):  # Ray's table never fills here
+        for _ in range(5):
+            boxes["c1"].status = "exited"  # the raylet times out again after every start
+            boxes["c1"].attrs["State"]["ExitCode"] = 1
+            alive_check()
+
+    monkeypatch.setattr(ray_mod, "wait_for_npus", looks)
+    monkeypatch.setattr(watch, "period", lambda nodes: 0.0)  # every poll looks (at most one a period otherwise)
+    with pytest.raises(watch.NodeLost, match=r"node1 \(h1\), the worker, was lost: its container exited with code 1"):
+        cluster.wait_ready(10)
+    assert boxes["c1"].starts == watch.START_AGAIN and boxes["c0"].starts == 0
+    again = [line for line in said if "starting it again" in line]
+    assert again == [f"node1 (h1): Ray's raylet timed out registering with the head (timed out during startup); "
+                     f"starting it again ({k}/{watch.START_AGAIN})" for k in (1, 2)]

@@ -31,6 +31,7 @@ UNREACHABLE = "unreachable"  # its engine does not answer
 ENGINE_PATIENCE = 3.0  # seconds an engine may not answer before its node counts as lost
 TABLE_TIMEOUT = 2.0  # seconds Ray's node table may take
 LOOK_WAIT = 1.0  # seconds a look waits for the engines' answers; a call still out then is an engine not answering
+TAIL_LINES = 12  # lines of an exited container's output read back (its last line is said; all are searched)
 DASHBOARD_PATIENCE = 10.0  # seconds the head's dashboard may not answer while its container runs
 _REPORTED = re.compile(r"^rlbox-node: (head|worker) on (\S+) \(", re.MULTILINE)
 
@@ -50,6 +51,7 @@ class Box:
     exit_code: int | None = None
     last_line: str = ""
     since: float = 0.0  # seconds the status has held (for UNREACHABLE)
+    tail: tuple[str, ...] = ()  # its last lines of output, oldest first (stdout and stderr interleave)
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,22 @@ def judge(expected: list[Expected], boxes: list[Box], table: list[ray.RayNode] |
         head = next(e for e in expected if e.role == "head")
         return Loss(head.label, head.role, f"its Ray dashboard has not answered for {dashboard_down_for:.0f} s")
     return None
+
+
+# Ray's own words when a node's raylet did not register with the GCS within its fixed wait (30 s,
+# `ray/_private/node.py`): `ray start` exits, the node never joined. Many raylets registering at
+# once with one GCS, or on cores shared with other work, meet it; a second start usually goes through.
+RAY_START_TIMED_OUT = "timed out during startup"
+START_AGAIN = 2  # times a worker whose raylet timed out registering is started again during bring-up
+
+
+def start_again(node: Expected, box: Box, tries: int) -> bool:
+    """Whether a node that exited while Ray comes up is started again instead of being lost: a
+    worker (never the head: the others registered with it) whose last output is Ray's start-up
+    time-out, ``tries`` times so far, fewer than START_AGAIN."""
+    said = (box.last_line, *box.tail)  # Ray's exception on stderr may come before its last stdout line
+    return (node.role == "worker" and box.status == "exited" and any(RAY_START_TIMED_OUT in line for line in said)
+            and tries < START_AGAIN)
 
 
 def expected_of(plan: RunPlan, addresses: dict[int, str] | None = None) -> list[Expected]:
@@ -186,11 +204,12 @@ class Watch:
         if box.status not in ("exited", "dead"):
             return Box(box.status)
         try:
-            lines = box.logs(tail=3).decode(errors="replace").strip().splitlines()
+            lines = box.logs(tail=TAIL_LINES).decode(errors="replace").strip().splitlines()
         except Exception:  # noqa: BLE001
             lines = []
-        last = _ANSI.sub("", lines[-1]).strip()[:200] if lines else ""
-        return Box(box.status, box.attrs.get("State", {}).get("ExitCode"), last)
+        lines = [_ANSI.sub("", line).strip()[:200] for line in lines]
+        return Box(box.status, box.attrs.get("State", {}).get("ExitCode"), lines[-1] if lines else "",
+                   tail=tuple(lines))
 
     def _table(self) -> list[ray.RayNode] | None:
         if not self.dashboard:
