@@ -269,3 +269,11 @@ def test_unresolvable_head_is_planned_as_a_name():
     assert p.head == "node-that-does-not-resolve.invalid"
     assert any("does not resolve here" in n for n in p.notes)
     assert p.nodes[1].container.command[5] == "node-that-does-not-resolve.invalid"
+
+
+@pytest.mark.parametrize("index, seconds", [(0, 0.0), (1, 0.25), (4, 1.0), (15, 3.75), (16, 0.0), (17, 0.25), (999, 1.75)])
+def test_workers_start_ray_spread_over_at_most_four_seconds(index, seconds):
+    """Not every worker's `ray start` in the same instant (16 testbed hosts: 7-13 raylets timed out
+    registering when they were); bounded, so a cluster pays at most 3.75 s for it."""
+    assert plan.start_delay(index) == seconds
+    assert plan.start_delay(index) <= (plan.START_GROUPS - 1) * plan.START_STEP == 3.75

@@ -88,12 +88,27 @@ if [ "$role" = worker ]; then  # the head's GCS, then its raylet (same port bloc
       sleep 0.1
     done
   done
+  sleep "${RLBOX_START_DELAY:-0}"  # not every worker in the same instant (plan.start_delay)
 fi
 if [ "$role" = head ]; then
   exec "$@" --node-ip-address="$ip" --dashboard-host="$ip"
 fi
 exec "$@" --node-ip-address="$ip" --address="$head:$port"
 """
+
+
+# Workers do not all call `ray start` in the same instant once the head is up: worker k waits
+# (k mod START_GROUPS) x START_STEP seconds more (at most 3.75 s). On 16 testbed hosts sharing 2 cores,
+# 15 raylets started together timed out registering with the GCS (Ray's fixed 30 s) 7 to 13 at a
+# time, and bring-up took 79-82 s with them started again; spread, none timed out: 41 s
+# (bench/bringup.py). On a cluster it costs at most 3.75 s of a bring-up.
+START_STEP = 0.25
+START_GROUPS = 16
+
+
+def start_delay(index: int) -> float:
+    """Seconds node ``index`` waits after the head is up before its `ray start` (0 for the head)."""
+    return (index % START_GROUPS) * START_STEP
 
 
 # Ray's GCS health check of every raylet (ray_config_def.h; the head's environment sets it):
@@ -475,6 +490,8 @@ def node_container(
     env.update({"RLBOX_RUN": run, "RLBOX_NODE": str(index), "RLBOX_HEAD": head})
     if role == "head":  # the GCS runs the health checks: a frozen or cut-off node DEAD in ~20 s
         env.update(HEALTH_CHECK_ENV)
+    else:
+        env["RLBOX_START_DELAY"] = f"{start_delay(index):.2f}"
     if host.nic:
         env["RLBOX_NIC"] = host.nic
     env.update(dict(extra_env))
