@@ -268,16 +268,9 @@ def test_the_launcher_raises_its_open_files_limit_for_many_hosts(hosts, soft, ha
     assert hosts_mod.files_wanted(hosts, soft, hard, infinity=-1) == expected
 
 
-def test_an_engine_call_that_hangs_names_its_node_after_the_patience_not_the_client_timeout(monkeypatch):
-    """A host cut off the network: its engine call hangs (docker-py waits up to 120 s). The look waits
-    LOOK_WAIT for it, leaves it out, and counts the node silent from when the call went out; a call
-    still out is not waited for again, so looks keep their pace (bench/faults.py found 62 s before)."""
-    import threading
-    import time
-
-    monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.6)
-    monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
-    release = threading.Event()
+def _engines(release, *hang: bool) -> list:
+    """Nodes whose engine says "running" at once or, where ``hang``, only once ``release`` is set
+    (a host cut off the network: docker-py's call waits up to 120 s)."""
 
     class Box_:
         status = "running"
@@ -291,11 +284,20 @@ def test_an_engine_call_that_hangs_names_its_node_after_the_patience_not_the_cli
                 release.wait(30)
             return Box_()
 
-    class Node:
-        def __init__(self, hang):
-            self.client = type("C", (), {"containers": Containers(hang)})()
+    return [type("N", (), {"client": type("C", (), {"containers": Containers(h)})()})() for h in hang]
 
-    w = watch.Watch(NODES[:2], ["c0", "c1"], [Node(False), Node(True)], None, every=0.0)
+
+def test_an_engine_call_that_hangs_names_its_node_after_the_patience_not_the_client_timeout(monkeypatch):
+    """A host cut off the network: its engine call hangs (docker-py waits up to 120 s). The look waits
+    LOOK_WAIT for it, leaves it out, and counts the node silent from when the call went out; a call
+    still out is not waited for again, so looks keep their pace (bench/faults.py found 62 s before)."""
+    import threading
+    import time
+
+    monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.6)
+    monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
+    release = threading.Event()
+    w = watch.Watch(NODES[:2], ["c0", "c1"], _engines(release, False, True), None, every=0.0)
     began = time.monotonic()
     try:
         with pytest.raises(watch.NodeLost, match=r"node1 \(h1\), the worker, was lost: its engine has not answered"):
@@ -316,17 +318,7 @@ def test_an_engine_silent_for_the_patience_is_named_then_not_at_the_next_look(mo
     monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.6)
     monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
     release = threading.Event()
-
-    class Box_:
-        status = "running"
-
-    class Containers:
-        def get(self, name):
-            release.wait(30)
-            return Box_()
-
-    node = type("N", (), {"client": type("C", (), {"containers": Containers()})()})()
-    w = watch.Watch(NODES[:1], ["c0"], [node], None, every=30.0)
+    w = watch.Watch(NODES[:1], ["c0"], _engines(release, True), None, every=30.0)
     try:
         w.check()  # the first look: its call hangs
         began = time.monotonic()
