@@ -151,16 +151,16 @@ class Cluster:
         tries: dict[int, int] = {}
         last = [float("-inf")]
 
-        def lost_node() -> None:  # at the watch's pace: on shared cores, every engine asked 4 times a
-            now = time.monotonic()  # second held 16 testbed hosts' raylets past Ray's 30 s
+        def lost_node() -> None:  # one look at the engines a watch period, not one a poll of Ray's table
+            now = time.monotonic()
             if now - last[0] < looking.every:
                 return
             last[0] = now
             boxes = looking.boxes()
             for i, (node, box) in enumerate(zip(looking.expected, boxes)):
                 if watch.start_again(node, box, tries.get(i, 0)):
-                    boxes[i] = self.start_again(i, tries.setdefault(i, 0) + 1)
-                    tries[i] += 1
+                    tries[i] = tries.get(i, 0) + 1
+                    boxes[i] = self.start_again(i, tries[i])
             loss = watch.judge(looking.expected, boxes, None)
             if loss is not None:
                 raise watch.NodeLost(loss)

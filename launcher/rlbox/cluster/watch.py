@@ -122,8 +122,8 @@ START_AGAIN = 2  # times a worker whose raylet timed out registering is started 
 
 def start_again(node: Expected, box: Box, tries: int) -> bool:
     """Whether a node that exited while Ray comes up is started again instead of being lost: a
-    worker (never the head: the others registered with it) whose last output is Ray's start-up
-    time-out, ``tries`` times so far, fewer than START_AGAIN."""
+    worker (never the head: the others registered with it) whose last lines of output hold Ray's
+    start-up time-out, started again ``tries`` times so far, fewer than START_AGAIN."""
     said = (box.last_line, *box.tail)  # Ray's exception on stderr may come before its last stdout line
     return (node.role == "worker" and box.status == "exited" and any(RAY_START_TIMED_OUT in line for line in said)
             and tries < START_AGAIN)
