@@ -21,6 +21,9 @@ from pathlib import Path
 
 from rlbox.core.errors import RlboxError
 from rlbox.testbed import plan as tbplan
+from rlbox.testbed import trust
+from rlbox.testbed.look import alive as _alive
+from rlbox.testbed.look import host_facts, host_init, in_host, links, look, machine, netns_list, root_name
 from rlbox.testbed.plan import HostPlan, TestbedPlan
 from rlbox.testbed.state import HostState, TestbedState, load, path_for
 
@@ -52,7 +55,7 @@ def _run(argv: list[str], what: str, timeout: float = 60, check: bool = True) ->
     return proc
 
 
-def _state(plan: TestbedPlan, phase: str, pids: dict[int, tuple[int | None, int | None]] | None = None,
+def state_of(plan: TestbedPlan, phase: str, pids: dict[int, tuple[int | None, int | None]] | None = None,
            **extra) -> TestbedState:
     pids = pids or {}
     return TestbedState(
@@ -68,7 +71,7 @@ def _state(plan: TestbedPlan, phase: str, pids: dict[int, tuple[int | None, int 
 def _conflicts(plan: TestbedPlan) -> None:
     if path_for(plan.root, plan.name).exists():
         raise RlboxError(f"testbed {plan.name} exists ({plan.state_file}); take it down first: "
-                         f"rlbox testbed down --name {plan.name}")
+                         f"{down_command(plan.root, plan.name)}")
     links = _run(["ip", "-o", "link", "show"], "list links").stdout
     names = {h.veth for h in plan.hosts} | {plan.bridge}
     taken = sorted(n for n in names if f": {n}:" in links or f": {n}@" in links)
@@ -76,7 +79,7 @@ def _conflicts(plan: TestbedPlan) -> None:
     taken += sorted(h.netns for h in plan.hosts if h.netns in netns)
     if taken:
         raise RlboxError(f"testbed {plan.name}: {taken[0]} already exists (left by a killed testbed?); "
-                         f"`rlbox testbed down --name {plan.name}` removes it")
+                         f"`{down_command(plan.root, plan.name)}` removes it")
     import ipaddress
 
     subnet = ipaddress.ip_network(plan.subnet)
@@ -92,20 +95,55 @@ def _conflicts(plan: TestbedPlan) -> None:
             continue
 
 
+def down_command(root: str, name: str) -> str:
+    """The command taking testbed NAME under ROOT down, as the user would type it."""
+    extra = "" if root.rstrip("/") == tbplan.DEFAULT_ROOT else f" --root {root.rstrip('/')}"
+    return f"rlbox testbed down --name {name}{extra}"
+
+
+def strict_modes(plan: TestbedPlan) -> None:
+    """Refuse, before anything is made, a root under which each host's sshd would refuse the
+    testbed's key (StrictModes: every folder above it owned by root, writable by no one else)."""
+    path = Path(os.path.realpath(plan.dir))
+    chain = []
+    for folder in [path, *path.parents]:
+        try:
+            st = folder.stat()
+        except OSError:
+            continue  # `up` makes it, mode 0755
+        chain.append((str(folder), st.st_uid, st.st_mode))
+    try:
+        import pwd
+
+        home = os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir)
+    except (KeyError, ImportError):
+        home = None
+    why = trust.strict_modes_problem(chain, os.geteuid(), home)
+    if why:
+        raise RlboxError(f"--root {plan.root}: each host's sshd would refuse the testbed's key there ({why}; sshd's "
+                         f"StrictModes wants every folder above the key owned by root and writable by no one else, "
+                         f"sticky bit or not); give another --root, e.g. the default {tbplan.DEFAULT_ROOT}")
+
+
 # -- bring-up ------------------------------------------------------------------------------------
 def up(plan: TestbedPlan, echo: Echo, *, load_image: Callable[[TestbedState, Echo], float] | None = None) -> TestbedState:
     """Bring the testbed up (its record first, so `down` finds whatever exists); on any failure or
     Ctrl-C take down what was made and raise."""
     requirements()
     _conflicts(plan)
+    strict_modes(plan)
     started = time.monotonic()
+    made = [p for p in (Path(plan.root), Path(plan.dir)) if not p.exists()]
     Path(plan.dir).mkdir(parents=True, exist_ok=True)
-    state = _state(plan, "starting")
+    for folder in made:  # whatever the umask: sshd refuses a key under a folder others may write
+        folder.chmod(0o755)
+    state = state_of(plan, "starting")
     state.save()
     try:
         for argv in plan.network_steps():
             _run(argv, f"testbed {plan.name}: network")
         _keys(plan)
+        _known_hosts(plan)
         holders = {}
         for h in plan.hosts:
             tbplan.stand_ins(plan, h)
@@ -115,22 +153,24 @@ def up(plan: TestbedPlan, echo: Echo, *, load_image: Callable[[TestbedState, Ech
                 holders[h.index] = subprocess.Popen(h.init_argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                                     start_new_session=True)
         pids = {h.index: (holders[h.index].pid, _init_pid(h, holders[h.index])) for h in plan.hosts}
-        state = _state(plan, "starting", pids)
+        state = state_of(plan, "starting", pids)
         state.save()
         _, errors = _parallel(lambda h: _start_services(h, pids[h.index][1]), plan.hosts)
         if errors:
             raise errors[0]
-        _known_hosts(plan)
+        _, errors = _parallel(lambda h: prove_login(plan, h), plan.hosts)
+        if errors:
+            raise errors[0]
         Path(plan.cluster_file).write_text(plan.cluster_yaml())
         up_seconds = round(time.monotonic() - started, 2)
         echo(f"{len(plan.hosts)} host(s) up in {up_seconds:.1f} s: "
              + ", ".join(f"{h.address} ({h.devices} NPUs)" for h in plan.hosts))
-        state = _state(plan, "starting", pids, up_seconds=up_seconds)
+        state = state_of(plan, "starting", pids, up_seconds=up_seconds)
         state.save()
         image_seconds = None
         if plan.image and load_image is not None:
             image_seconds = round(load_image(state, echo), 2)
-        state = _state(plan, "up", pids, up_seconds=up_seconds, image_seconds=image_seconds)
+        state = state_of(plan, "up", pids, up_seconds=up_seconds, image_seconds=image_seconds)
         state.save()
         return state
     except BaseException:
@@ -157,6 +197,29 @@ def _known_hosts(plan: TestbedPlan) -> None:
     Path(plan.known_hosts).write_text("\n".join(lines) + "\n")
 
 
+def ssh_argv(plan: TestbedPlan, h: HostPlan, *command: str) -> list[str]:
+    """ssh to a host as the cluster file says: the testbed's key, its known_hosts, nothing asked."""
+    return ["ssh", "-i", plan.identity_file, "-o", f"UserKnownHostsFile={plan.known_hosts}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+            "-o", "IdentitiesOnly=yes", "-F", "/dev/null", "--", f"root@{h.address}", *command]
+
+
+def prove_login(plan: TestbedPlan, h: HostPlan, tries: int = 3) -> None:
+    """A host is up only once root logs in to it with the testbed's own key (`ssh HOST true`)."""
+    for attempt in range(tries):
+        proc = _run(ssh_argv(plan, h, "true"), f"{h.address}: ssh", timeout=30, check=False)
+        if proc.returncode == 0:
+            return
+        if proc.returncode != 255 or "Permission denied" in proc.stderr:
+            break
+        time.sleep(0.5 * (attempt + 1))
+    said = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    log = Path(h.dir, "sshd.log").read_text(errors="replace").splitlines() if Path(h.dir, "sshd.log").exists() else []
+    refused = [line for line in log if "refused" in line.lower() or "bad ownership" in line.lower()]
+    raise RlboxError(f"{h.address}: root cannot log in with the testbed's key ({said[:160]}"
+                     + (f"; sshd: {refused[-1].strip()[:200]}" if refused else "") + ")")
+
+
 def _init_pid(h: HostPlan, holder: subprocess.Popen, timeout: float = 30) -> int:
     """Wait for a host's init to have set the host up; its PID in this machine's numbering."""
     deadline = time.monotonic() + timeout
@@ -179,7 +242,7 @@ def _start_services(h: HostPlan, init_pid: int) -> None:
 
 def start_engine(h: HostPlan | HostState, init_pid: int, timeout: float = 60) -> None:
     """Start a host's dockerd inside it and wait until it answers on its socket."""
-    argv = (h if isinstance(h, HostPlan) else _host_plan(h)).dockerd_argv(init_pid)
+    argv = (h if isinstance(h, HostPlan) else _host_plan(h)).dockerd_argv(_proven_init(h, init_pid))
     with open(Path(h.dir) / "dockerd.log", "ab") as log:
         _run_logged(argv, log, f"{h.address}: dockerd")
     deadline = time.monotonic() + timeout
@@ -191,7 +254,7 @@ def start_engine(h: HostPlan | HostState, init_pid: int, timeout: float = 60) ->
 
 
 def start_sshd(h: HostPlan | HostState, init_pid: int, timeout: float = 20) -> None:
-    argv = (h if isinstance(h, HostPlan) else _host_plan(h)).sshd_argv(init_pid)
+    argv = (h if isinstance(h, HostPlan) else _host_plan(h)).sshd_argv(_proven_init(h, init_pid))
     with open(Path(h.dir) / "sshd.out", "ab") as log:
         _run_logged(argv, log, f"{h.address}: sshd")
     deadline = time.monotonic() + timeout
@@ -199,6 +262,17 @@ def start_sshd(h: HostPlan | HostState, init_pid: int, timeout: float = 20) -> N
         if time.monotonic() > deadline:
             raise RlboxError(f"{h.address}: sshd did not listen on {h.address}:22 in {timeout:.0f} s (see {h.dir}/sshd.log)")
         time.sleep(0.05)
+
+
+def _proven_init(h: HostPlan | HostState, init_pid: int) -> int:
+    """The pid to enter a host by: for a host read back from a record, the host's init as found by
+    looking (a record's init_pid is only a claim)."""
+    if isinstance(h, HostPlan):
+        return init_pid
+    init = host_init(h)
+    if init is None:
+        raise RlboxError(f"{h.address}: no init of host {h.index} is running (looked); `rlbox testbed status` says more")
+    return init
 
 
 def _run_logged(argv: list[str], log, what: str) -> None:
@@ -271,50 +345,17 @@ def load_image_by_save(state: TestbedState, echo: Echo) -> float:
 
 
 # -- teardown ------------------------------------------------------------------------------------
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is gone for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def in_host(init_pid: int | None) -> list[int]:
-    """Every process in the host's PID namespace (by this machine's numbering)."""
-    if not _alive(init_pid):
-        return []
-    try:
-        ns = os.readlink(f"/proc/{init_pid}/ns/pid")
-    except OSError:
-        return []
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.readlink(f"/proc/{entry}/ns/pid") == ns:
-                    out.append(int(entry))
-            except OSError:
-                continue
-    return out
-
-
 def host_process(h: HostState, comm: str) -> int | None:
     """The host's daemon of this name (dockerd; sshd's listener, the child of the host's init)."""
-    for pid in in_host(h.init_pid):
+    init = host_init(h)
+    for pid in in_host(init):
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
         name = stat[stat.index("(") + 1:stat.rindex(")")]
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if name == comm and (comm != "sshd" or ppid == h.init_pid):
+        if name == comm and (comm != "sshd" or ppid == init):
             return pid
     return None
 
@@ -342,17 +383,29 @@ def stop_sshd(h: HostState) -> None:
             time.sleep(0.05)
 
 
+def _host_state(root: str, name: str, index: int) -> HostState:
+    """A host as `up` makes it (names and folder from the testbed's name and root), for stopping it."""
+    return HostState(index=index, address="0.0.0.0", netns=f"rlbox-{name}-h{index}", veth=f"rlbox-{name}-h{index}",
+                     dir=f"{root.rstrip('/')}/{name}/h{index}", devices=0, driver=tbplan.DEFAULT_DRIVER)
+
+
 def _stop_host(h: HostState) -> None:
+    """Stop the host's engine, then kill what is provably the host's: its init (PID 1 of its PID
+    namespace: the kernel ends the rest), its holder, anything in its network namespace."""
     stop_engine(h)
-    for pid in (h.init_pid, h.holder_pid):  # PID 1 of the host's namespace: the kernel ends the rest
-        if _alive(pid):
+    root, name = root_name(h)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        found = [p for p in look(root, name).get(h.index, []) if _alive(p.pid)]
+        if not found:
+            break
+        init = trust.init_of(found, h.dir, machine())
+        for pid in ([init] if init else []) + [p.pid for p in found if p.pid != init]:
             try:
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
-    deadline = time.monotonic() + 20
-    while any(_alive(p) for p in in_host(h.init_pid)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.1)
     _remove_cgroups(h.netns)
 
 
@@ -372,67 +425,119 @@ def _remove_cgroups(parent: str) -> None:
                 pass
 
 
-def teardown(state: TestbedState, echo: Echo) -> list[str]:
-    """Stop every host, remove the network and the folder. Returns what is left (nothing, normally)."""
-    _parallel(_stop_host, state.hosts)
-    for h in state.hosts:
-        _run(["ip", "netns", "delete", h.netns], "netns", check=False)
-        _run(["ip", "link", "delete", h.veth], "veth", check=False)
-    _run(["ip", "link", "delete", state.bridge], "bridge", check=False)
-    rule = tbplan.TestbedPlan(state.name, state.root, state.subnet, state.hardware, ()).forward_rule()
+def _present_hosts(root: str, name: str) -> list[int]:
+    """The host indices of which anything exists: a process, a namespace, a link, a folder, a cgroup."""
+    netns, links, procs = netns_list(), links(), look(root, name)
+    cgroups = [d for d in Path("/sys/fs/cgroup").iterdir() if d.is_dir()] + [Path("/sys/fs/cgroup")]
+    return [h.index for h in host_facts(root, name)
+            if h.index in procs or h.netns in netns or h.netns in links
+            or any((c / h.netns).exists() for c in cgroups)]
+
+
+def teardown(state: TestbedState | None, echo: Echo, *, root: str | None = None, name: str | None = None) -> list[str]:
+    """Stop every host, remove the network and the folder: only what is provably the testbed's
+    (names derived from its name, processes that prove it, links of the kind `up` makes), whatever
+    its record says. Returns what is left (nothing, normally), from looking."""
+    root = (root if state is None else state.root).rstrip("/")
+    name = name if state is None else state.name
+    hosts = [_host_state(root, name, i) for i in _present_hosts(root, name)]
+    _parallel(_stop_host, hosts)
+    links = links()
+    for h in host_facts(root, name):
+        if h.netns in netns_list():
+            _run(["ip", "netns", "delete", h.netns], "netns", check=False)
+        if links.get(h.netns) == "veth":
+            _run(["ip", "link", "delete", h.netns], "veth", check=False)
+    if links().get(f"rlbox-{name}") == "bridge":
+        _run(["ip", "link", "delete", f"rlbox-{name}"], "bridge", check=False)
+    rule = tbplan.TestbedPlan(name, root, "", "", ()).forward_rule()
     while _run(["iptables", "-C", *rule], "iptables", check=False).returncode == 0:
         _run(["iptables", "-D", *rule], "iptables", check=False)
-    shutil.rmtree(state.dir, ignore_errors=True)
+    if testbed_folder(f"{root}/{name}", name):
+        shutil.rmtree(f"{root}/{name}", ignore_errors=True)
     try:
-        Path(state.root).rmdir()  # the root folder too, when no other testbed is in it
+        Path(root).rmdir()  # the root folder too, when no other testbed is in it
     except OSError:
         pass
-    left = leftovers(state)
+    left = leftovers(root=root, name=name)
     for line in left:
         echo(f"left: {line}")
     return left
 
 
 def down(root: str, name: str, echo: Echo) -> list[str]:
+    """Take testbed NAME down. Its record is read (one line when it is not what `up` writes) but
+    never decides what is killed or deleted: looking does (``teardown``). A record not trusted
+    ends non-zero, naming its file and field, after what is the testbed's was taken down."""
     requirements()
-    state = load(root, name)
-    left = teardown(state, echo)
+    root = root.rstrip("/") or "/"
+    path = path_for(root, name)
+    untrusted = None
+    try:
+        state = load(root, name)
+    except RlboxError as err:
+        if not path.exists():
+            if not leftovers(root=root, name=name):
+                raise
+            echo(f"no record {path}; taking down what is provably testbed {name}'s")
+        else:
+            untrusted = str(err).split("; ")[0]
+            echo(f"{untrusted}: not what `rlbox testbed up` writes; taking down only what is provably testbed {name}'s")
+        state = None
+    left = teardown(state, echo, root=root, name=name)
     if left:
         raise RlboxError(f"testbed {name}: {len(left)} thing(s) left after down: {left[0]}")
-    echo(f"testbed {name} is down: no namespace, link, process, mount or folder left")
+    if untrusted:
+        raise RlboxError(f"{untrusted} (the record was not trusted; testbed {name} is down all the same: looked, "
+                         "nothing of it left)")
+    echo(f"testbed {name} is down: no namespace, link, process, mount or folder of it left (looked)")
     return left
 
 
-def leftovers(state: TestbedState) -> list[str]:
-    """Whatever of the testbed still exists: namespaces, links, processes, mounts, cgroups,
-    the firewall rule, the folder."""
-    left = []
-    netns = set(_run(["ip", "netns", "list"], "netns", check=False).stdout.split())
-    left += [f"network namespace {h.netns}" for h in state.hosts if h.netns in netns]
-    links = _run(["ip", "-o", "link", "show"], "links", check=False).stdout
-    left += [f"link {n}" for n in [state.bridge, *(h.veth for h in state.hosts)] if f": {n}:" in links or f": {n}@" in links]
-    for h in state.hosts:
-        left += [f"process {p} of host {h.address}" for p in in_host(h.init_pid)]
-        if _alive(h.holder_pid):
-            left.append(f"process {h.holder_pid} (holder of host {h.address})")
+def testbed_folder(folder: str, name: str) -> bool:
+    """Whether FOLDER holds only what `up` puts there (so that `down` may delete it)."""
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return False
+    return all(trust.made_by_up(e, name) for e in entries)
+
+
+def leftovers(state: TestbedState | None = None, *, root: str | None = None, name: str | None = None) -> list[str]:
+    """Whatever of the testbed still exists, by looking: namespaces and links named as `up` names
+    them, processes that prove they are its hosts', mounts and the folder under ROOT/NAME, cgroups,
+    the firewall rule."""
+    root = (root if state is None else state.root).rstrip("/")
+    name = name if state is None else state.name
+    folder = f"{root}/{name}"
+    hosts = host_facts(root, name)
+    netns, links = netns_list(), links()
+    left = [f"network namespace {h.netns}" for h in hosts if h.netns in netns]
+    left += [f"link {n}" for n in [f"rlbox-{name}", *(h.netns for h in hosts)] if n in links]
+    for index, procs in sorted(look(root, name).items()):
+        left += [f"process {p.pid} of host {index} ({' '.join(p.argv)[:60] or '?'})" for p in procs if _alive(p.pid)]
     mounts = Path("/proc/self/mountinfo").read_text()
-    left += [f"mount {line.split()[4]}" for line in mounts.splitlines() if line.split()[4].startswith(state.dir)]
-    for d in Path("/sys/fs/cgroup").iterdir():
-        left += [f"cgroup {d / h.netns}" for h in state.hosts if (d / h.netns).exists()]
-    rule = tbplan.TestbedPlan(state.name, state.root, state.subnet, state.hardware, ()).forward_rule()
+    left += [f"mount {line.split()[4]}" for line in mounts.splitlines()
+             if line.split()[4] == folder or line.split()[4].startswith(folder + "/")]
+    for d in [Path("/sys/fs/cgroup"), *(x for x in Path("/sys/fs/cgroup").iterdir() if x.is_dir())]:
+        left += [f"cgroup {d / h.netns}" for h in hosts if (d / h.netns).exists()]
+    rule = tbplan.TestbedPlan(name, root, "", "", ()).forward_rule()
     if _run(["iptables", "-C", *rule], "iptables", check=False).returncode == 0:
         left.append(f"iptables rule {' '.join(rule)}")
-    if Path(state.dir).exists():
-        left.append(f"folder {state.dir}")
+    if Path(folder).exists():
+        left.append(f"folder {folder}" + ("" if testbed_folder(folder, name) else
+                                          " (not deleted: it holds what `rlbox testbed up` does not make)"))
     return left
 
 
 # -- status --------------------------------------------------------------------------------------
 def status(root: str, name: str) -> list[dict]:
     state = load(root, name)
+    found = look(state.root, state.name)
     rows = []
     for h in state.hosts:
-        rows.append({"host": h.index, "address": h.address, "netns": h.netns, "alive": _alive(h.init_pid),
+        alive = trust.init_of(found.get(h.index, []), h.dir, machine()) is not None
+        rows.append({"host": h.index, "address": h.address, "netns": h.netns, "alive": alive,
                      "engine": engine_answers(h.socket), "sshd": port_answers(h.address, 22),
                      "devices": h.devices, "driver": h.driver, "socket": h.socket})
     return rows

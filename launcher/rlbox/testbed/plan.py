@@ -298,6 +298,29 @@ def check_name(name: str) -> str:
     return name
 
 
+def check_subnet(subnet: str, where: str) -> ipaddress.IPv4Network:
+    """The hosts' network: a private IPv4 /24 or larger, written as a network (no host bits)."""
+    try:
+        net = ipaddress.ip_network(subnet, strict=True)
+    except (ValueError, TypeError) as err:
+        raise RlboxError(f"{where}: {err}") from None
+    if net.version != 4 or net.num_addresses < 256 or not net.is_private:
+        raise RlboxError(f"{where}: give a private IPv4 /24 or larger (default {DEFAULT_SUBNET})")
+    return net
+
+
+def check_root(root: str) -> str:
+    """The folder holding every testbed: an absolute path, never one with spaces, quotes or `..`."""
+    if (not root.startswith("/") or not re.fullmatch(r"[A-Za-z0-9/._-]+", root)
+            or ".." in root.split("/") or len(root) > 200):
+        raise RlboxError(f"--root {root!r}: an absolute path of letters, digits and / . _ - (no ..)")
+    return root
+
+
+def check_driver(value: str, where: str) -> str:
+    return _driver(value, where)
+
+
 def plan_testbed(*, hosts: int, hardware: str, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
                  root: str = DEFAULT_ROOT, driver: str = DEFAULT_DRIVER, image: str | None = None,
                  host_devices: tuple[str, ...] = (), host_driver: tuple[str, ...] = (),
@@ -307,14 +330,8 @@ def plan_testbed(*, hosts: int, hardware: str, name: str = DEFAULT_NAME, subnet:
         raise RlboxError(f"--hardware {hardware}: choose a2, a3 or ax")
     if not 1 <= hosts <= MAX_HOSTS:
         raise RlboxError(f"--hosts {hosts}: a testbed has 1..{MAX_HOSTS} hosts")
-    try:
-        net = ipaddress.ip_network(subnet, strict=True)
-    except ValueError as err:
-        raise RlboxError(f"--subnet {subnet}: {err}") from None
-    if net.version != 4 or net.num_addresses < 256 or not net.is_private:
-        raise RlboxError(f"--subnet {subnet}: give a private IPv4 /24 or larger (default {DEFAULT_SUBNET})")
-    if not root.startswith("/") or not re.fullmatch(r"[A-Za-z0-9/._-]+", root):
-        raise RlboxError(f"--root {root!r}: an absolute path of letters, digits and / . _ -")
+    net = check_subnet(subnet, f"--subnet {subnet}")
+    check_root(root)
     driver = _driver(driver, "--driver")
     devices = per_host(host_devices, "--host-devices", hosts, _devices)
     drivers = per_host(host_driver, "--host-driver", hosts, _driver)
