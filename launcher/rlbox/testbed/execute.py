@@ -23,7 +23,7 @@ from rlbox.core.errors import RlboxError
 from rlbox.testbed import plan as tbplan
 from rlbox.testbed import trust
 from rlbox.testbed.look import alive as _alive
-from rlbox.testbed.look import host_facts, host_init, in_host, links, look, machine, netns_list, root_name
+from rlbox.testbed.look import host_facts, host_init, in_host, link_kinds, look, machine, netns_list, root_name
 from rlbox.testbed.plan import HostPlan, TestbedPlan
 from rlbox.testbed.state import HostState, TestbedState, load, path_for
 
@@ -427,7 +427,7 @@ def _remove_cgroups(parent: str) -> None:
 
 def _present_hosts(root: str, name: str) -> list[int]:
     """The host indices of which anything exists: a process, a namespace, a link, a folder, a cgroup."""
-    netns, links, procs = netns_list(), links(), look(root, name)
+    netns, links, procs = netns_list(), link_kinds(), look(root, name)
     cgroups = [d for d in Path("/sys/fs/cgroup").iterdir() if d.is_dir()] + [Path("/sys/fs/cgroup")]
     return [h.index for h in host_facts(root, name)
             if h.index in procs or h.netns in netns or h.netns in links
@@ -442,13 +442,13 @@ def teardown(state: TestbedState | None, echo: Echo, *, root: str | None = None,
     name = name if state is None else state.name
     hosts = [_host_state(root, name, i) for i in _present_hosts(root, name)]
     _parallel(_stop_host, hosts)
-    links = links()
+    links = link_kinds()
     for h in host_facts(root, name):
         if h.netns in netns_list():
             _run(["ip", "netns", "delete", h.netns], "netns", check=False)
         if links.get(h.netns) == "veth":
             _run(["ip", "link", "delete", h.netns], "veth", check=False)
-    if links().get(f"rlbox-{name}") == "bridge":
+    if link_kinds().get(f"rlbox-{name}") == "bridge":
         _run(["ip", "link", "delete", f"rlbox-{name}"], "bridge", check=False)
     rule = tbplan.TestbedPlan(name, root, "", "", ()).forward_rule()
     while _run(["iptables", "-C", *rule], "iptables", check=False).returncode == 0:
@@ -511,7 +511,7 @@ def leftovers(state: TestbedState | None = None, *, root: str | None = None, nam
     name = name if state is None else state.name
     folder = f"{root}/{name}"
     hosts = host_facts(root, name)
-    netns, links = netns_list(), links()
+    netns, links = netns_list(), link_kinds()
     left = [f"network namespace {h.netns}" for h in hosts if h.netns in netns]
     left += [f"link {n}" for n in [f"rlbox-{name}", *(h.netns for h in hosts)] if n in links]
     for index, procs in sorted(look(root, name).items()):

@@ -88,7 +88,7 @@ def host_init(h: HostState) -> int | None:
     return trust.init_of(processes(), h.dir, machine())
 
 
-def links() -> dict[str, str]:
+def link_kinds() -> dict[str, str]:
     """Every link of this machine's network namespace: name -> kind (bridge, veth, dummy, ...; '' if none)."""
     try:
         return {x["ifname"]: x.get("linkinfo", {}).get("info_kind", "") for x in json.loads(_out(["ip", "-j", "-d", "link", "show"]) or "[]")}
