@@ -14,6 +14,7 @@ from rlbox.testbed import execute as tb
 from rlbox.testbed import plan as tbplan
 
 ROOT = click.option("--root", default=tbplan.DEFAULT_ROOT, show_default=True,
+                    callback=lambda ctx, param, value: tbplan.check_root(value),
                     help="Folder holding every testbed's state, engines' data and keys.")
 NAME = click.option("--name", default=tbplan.DEFAULT_NAME, show_default=True,
                     callback=lambda ctx, param, value: tbplan.check_name(value),
@@ -57,7 +58,10 @@ def testbed_group():
 @click.option("--image", help="An image on this machine's engine to load into every host (and name in the cluster file).")
 @click.option("--dry-run", is_flag=True, help="Print every step and process of the bring-up; make nothing.")
 def up_cmd(hosts, hardware, name, subnet, root, driver, host_devices, host_driver, image, dry_run):
-    """Bring a testbed up and write its cluster file (printed on stdout)."""
+    """Bring a testbed up and write its cluster file (printed on stdout).
+
+    A host is up once root logs in to it with the testbed's key; a --root under which sshd
+    would refuse that key (a folder above it writable by others, as /tmp) is refused first."""
     plan = tbplan.plan_testbed(hosts=hosts, hardware=hardware, name=name, subnet=subnet, root=root, driver=driver,
                                image=image, host_devices=tuple(host_devices), host_driver=tuple(host_driver),
                                nofile=_hard_nofile())
@@ -73,7 +77,11 @@ def up_cmd(hosts, hardware, name, subnet, root, driver, host_devices, host_drive
 @NAME
 @ROOT
 def down_cmd(name, root):
-    """Take a testbed down: no namespace, link, process, mount, cgroup, rule or folder is left."""
+    """Take a testbed down: no namespace, link, process, mount, cgroup, rule or folder is left.
+
+    What is killed or deleted is what looking proves is the testbed's (processes by their argv,
+    namespaces or cgroup; links and namespaces named rlbox-NAME...), never what its record names;
+    a record `up` would not have written is one line naming the file and field (exit 1)."""
     tb.down(root, name, _note)
 
 
