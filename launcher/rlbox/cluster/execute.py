@@ -307,7 +307,7 @@ def execute(
     nodes = connect_all(tuple(n.host for n in plan.nodes))
     cluster = Cluster(plan, nodes, echo)
     cleanup = False  # nothing of ours exists until preflight has passed
-    client = submission = None
+    client = submission = ending = None  # ending: what ended the run; a failed teardown never hides it
     try:
         with engine.sigterm_as_interrupt():
             try:
@@ -415,16 +415,29 @@ def execute(
                 if run.unsaved():
                     raise RlboxError(str(err) + run.unsaved(), exit_code=err.exit_code) from None
                 raise
+    except BaseException as err:
+        ending = err
+        raise
     finally:
         with engine.shielded():
             driver.unmark(run_dir)
             if cleanup:
-                cluster.teardown()
+                try:
+                    cluster.teardown()
+                except RlboxError as gone:  # noqa: B012 - the run's last line: its cause, then this
+                    raise last_line(ending, gone) from None
                 if state_file.exists():
                     run.advance(Phase.REMOVED)
             else:
                 for node in nodes:
                     node.close()
+
+
+def last_line(ending: BaseException | None, teardown: RlboxError) -> RlboxError:
+    """A run whose teardown failed ends on the cause that ended it (a lost node), then the teardown's line."""
+    if isinstance(ending, RlboxError) and str(ending) and str(ending) not in str(teardown):
+        return RlboxError(f"{ending}; then {teardown}", exit_code=ending.exit_code)
+    return teardown
 
 
 def _record_run_id(path: Path) -> str | None:
