@@ -81,6 +81,9 @@ def test_down_with_a_tampered_record_touches_nothing_that_is_not_the_testbeds(cl
         assert down.returncode != 0 and "Traceback" not in down.stderr, down.stderr
         assert last.startswith(f"rlbox: error: {path}: bridge: '{decoy_link}', not 'rlbox-{NAME}'"), down.stderr
         assert all(d.poll() is None for d in decoys), "a decoy the record named was killed"
+        # today's code took the decoy init_pid for a host's init and so every process of this machine for
+        # the host's: it stopped this machine's own dockerd
+        assert subprocess.run(["docker", "info"], capture_output=True).returncode == 0, "this machine's engine was stopped"
         assert f": {decoy_link}:" in links(), "the decoy link the record named was deleted"
         assert execute.leftovers(root=ROOT, name=NAME) == [] and host_processes(ROOT, NAME) == []
     finally:
