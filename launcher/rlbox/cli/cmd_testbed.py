@@ -81,7 +81,7 @@ def down_cmd(name, root):
 
     What is killed or deleted is what looking proves is the testbed's (processes by their argv,
     namespaces or cgroup; links and namespaces named rlbox-NAME...), never what its record names;
-    a record `up` would not have written is one line naming the file and field (exit 1)."""
+    a record `up` would not have written is one line naming the file and field (exit 2)."""
     tb.down(root, name, _note)
 
 
