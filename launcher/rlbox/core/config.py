@@ -234,10 +234,10 @@ def depth_of(data: Any) -> int:
     return deepest
 
 
-def load_json(text: str, where: str) -> Any:
+def load_json(text: str, where: str, limit: int = MAX_BYTES) -> Any:
     """JSON text parsed within the bounds (size, depth); a problem is one line naming ``where``."""
-    if len(text) > MAX_BYTES:
-        raise RlboxError(f"{where}: {len(text)} characters, over the {MAX_BYTES} a record may have")
+    if len(text) > limit:
+        raise RlboxError(f"{where}: {len(text)} characters, over the {limit} a record may have")
     try:
         data = json.loads(text)
     except RecursionError:
