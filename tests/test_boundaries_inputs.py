@@ -526,3 +526,56 @@ def test_a_param_with_a_control_character_is_one_line(value, cli, tmp_path):
     rec = next(r for r in recipes.all_recipes() if "model_path" in r.params)
     refused(cli("run", "--dry-run", "--sim", "--nodes", str(rec.nodes), "--recipe", rec.name,
                 "--param", f"model_path={value}", "--no-validate", cwd=tmp_path), "--param")
+
+
+# ---------------------------------------------------------------------------------------------
+# Recipes' release forms (issue 37): the release exists, each add: is one Hydra override, each
+# rename: maps a key to a key; checked when the recipe is read, by every command that reads it.
+
+_FORM = "verl_pt210_cann910"
+RECIPE_FORMS = [  # (edit(recipe), what the one line names)
+    (lambda r: r["releases"].update(verl_pt99={"why": "x"}), ["releases: no release 'verl_pt99' in images/"]),
+    (lambda r: r.update(release="verl_pt27_25rc4"), ["release: no release 'verl_pt27_25rc4'", "did you mean"]),
+    (lambda r: r["releases"][_FORM].update(add=["a.b=1\n+c.d=2"]), [f"releases.{_FORM}.add", "control character U+000A"]),
+    (lambda r: r["releases"][_FORM].update(add=["trainer.total_epochs"]), [f"releases.{_FORM}.add", "not one KEY=VALUE"]),
+    (lambda r: r["releases"][_FORM].update(add=["=1"]), [f"releases.{_FORM}.add", "not one KEY=VALUE"]),
+    (lambda r: r["releases"][_FORM].update(add=["a b=1"]), [f"releases.{_FORM}.add", "not one KEY=VALUE"]),
+    (lambda r: r["releases"][_FORM].update(add=["a.b=1,2"]), [f"releases.{_FORM}.add", "is a sweep"]),
+    (lambda r: r["releases"][_FORM].update(add=["a.b='x"]), [f"releases.{_FORM}.add", "is not a Hydra override"]),
+    (lambda r: r["releases"][_FORM].update(rename={"data.train_files": "data.train files"}),
+     [f"releases.{_FORM}.rename", "is not a config key"]),
+    (lambda r: r["releases"][_FORM].update(rename={"data.train_files": "data.x=1"}),
+     [f"releases.{_FORM}.rename", "is not a config key"]),
+    (lambda r: r["releases"][_FORM].update(rename={"data.train files": "data.x"}),
+     [f"releases.{_FORM}.rename", "is not a config key"]),
+    (lambda r: r["releases"][_FORM].update(drop={"a=b": "why"}), [f"releases.{_FORM}.drop", "is not a config key"]),
+]
+
+
+def _recipe_file(tmp_path, edit):
+    from rlbox.cluster.recipes import RECIPES_DIR
+
+    doc = yaml.safe_load((RECIPES_DIR / "grpo-qwen2.5-0.5b-gsm8k.yaml").read_text())
+    doc["name"] = "hostile"
+    edit(doc)
+    path = tmp_path / "hostile.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("command", ["show", "run"])
+@pytest.mark.parametrize("case", RECIPE_FORMS, ids=[str(i) + "-" + c[1][0][:30] for i, c in enumerate(RECIPE_FORMS)])
+def test_a_recipes_release_forms_are_held_to_their_grammar(case, command, cli, tmp_path):
+    edit, expect = case
+    path = _recipe_file(tmp_path, edit)
+    argv = (["recipes", "show", path] if command == "show" else
+            ["run", "--dry-run", "--sim", "--nodes", "1", "--recipe", path, "--no-validate"])
+    refused(cli(*argv), f"{path}: ", *expect)
+
+
+def test_a_recipes_fair_release_forms_still_load(cli, tmp_path):
+    path = _recipe_file(tmp_path, lambda r: r["releases"][_FORM].update(
+        add=["+a.b=1", "++c.d='x,y'", "~e.f", "g.h=[1,2]", "i.j=${oc.env:HOME}"],
+        rename={"data.train_files": "+data.train_path"}, drop={"data.val_files": "why"}))
+    code, out, err = cli("recipes", "show", path)
+    assert code == 0, err
