@@ -277,6 +277,7 @@ LOCK_FIELDS = [
     (lambda d: _variant(d)["base"].update(digest=f"md5:{HEX64[:32]}"), ["base.digest:", "algorithm 'md5'"]),
     (lambda d: _variant(d)["base"].update(digest=5), ["base.digest: Input should be a valid string"]),
     (lambda d: _variant(d).update(base="x"), ["base: Input should be a valid dictionary"]),
+    (lambda d: d.update(release="verl_pt27_cann82rc1"), ["release: 'verl_pt27_cann82rc1' is not 'verl_pt27_25rc3'"]),
 ]
 
 
