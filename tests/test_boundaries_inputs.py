@@ -580,3 +580,28 @@ def test_a_recipes_fair_release_forms_still_load(cli, tmp_path):
         rename={"data.train_files": "+data.train_path"}, drop={"data.val_files": "why"}))
     code, out, err = cli("recipes", "show", path)
     assert code == 0, err
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics read back from a job log (issue 37): a number is bounded; a huge one is skipped, said so.
+
+METRIC_LOGS = [  # (log text, exit code, what stderr says, records of --json)
+    ("step:1 - a:" + "9" * 30_000_000 + " - b:0.5\nstep:2 - a:1 - b:0.25\n", 0,
+     "1 value(s) longer than 64 characters skipped as no number (first: a at step 1)",
+     [{"step": 1}, {"step": 2, "a": 1, "b": 0.25}]),
+    ("step:1 - a:" + "9" * 5000 + " - b:0.5\n", 0, "(first: a at step 1)", [{"step": 1, "b": 0.5}]),
+    ("step:1 - a:np.float64(" + "1" * 5000 + ") - b:2\n", 0, "(first: a at step 1)", [{"step": 1, "b": 2}]),
+    ("step:" + "9" * 5000 + " - a:1\n", 2, "no verl step lines", None),
+    ("step:1 - a:-" + "1" * 4301 + "\nstep:" + "1" * 19 + " - a:2\n", 0, "(first: a at step 1)", [{"step": 1}]),
+]
+
+
+@pytest.mark.parametrize("case", METRIC_LOGS, ids=[str(i) for i in range(len(METRIC_LOGS))])
+def test_metrics_bound_the_numbers_they_read(case, cli, tmp_path):
+    text, code, expect, records = case
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    got, out, err = cli("metrics", log, "--json", cwd=tmp_path)
+    assert got == code and "Traceback" not in err and err.count("\n") == 1 and expect in err, (got, err[-500:])
+    if records is not None:
+        assert json.loads(out)["records"] == records
