@@ -605,3 +605,47 @@ def test_metrics_bound_the_numbers_they_read(case, cli, tmp_path):
     assert got == code and "Traceback" not in err and err.count("\n") == 1 and expect in err, (got, err[-500:])
     if records is not None:
         assert json.loads(out)["records"] == records
+
+
+# ---------------------------------------------------------------------------------------------
+# Options share one grammar each (issue 37): one node limit, mounts of one line, testbed subnets
+# in the private ranges, an image reference where one is expected.
+
+_MANY = ",".join(f"h{i}" for i in range(5000))
+TB = ["testbed", "up", "--hosts", "2", "--hardware", "a3", "--dry-run"]
+OPTION_GRAMMAR = [  # (argv, files under the runs dir, what the one line names)
+    (["run", "--dry-run", "--hosts", _MANY, "--smoke-test", "--image", "x"], {}, ["--hosts: 5000 hosts", "at most 4096"]),
+    (["validate", "--hosts", _MANY, "--", "python3", "-m", "x"], {}, ["--hosts: 5000 hosts", "at most 4096"]),
+    (["run", "--dry-run", "--cluster", "{runs}/c.yaml", "--smoke-test"],
+     {"c.yaml": {"image": "x", "hosts": [{"host": f"h{i}"} for i in range(4097)]}}, ["c.yaml: hosts:", "at most 4096"]),
+    (["run", "--dry-run", "--sim", "--nodes", "4097", "--smoke-test"], {}, ["'--nodes'", "4096"]),
+    (["run", "--dry-run", "--sim", "--nodes", "1", "--smoke-test", "--mount", "/data\n/x:/data"], {},
+     ["--mount: '/data\\n/x:/data'", "control character U+000A"]),
+    (["run", "--dry-run", "--sim", "--nodes", "1", "--smoke-test", "--mount", "/data:/da\tta"], {}, ["--mount:", "U+0009"]),
+    (["run", "--dry-run", "--cluster", "{runs}/c.yaml", "--smoke-test"],
+     {"c.yaml": {"image": "x", "mounts": ["/a\r:/b"], "hosts": [{"host": "h1"}]}}, ["c.yaml: mounts:", "U+000D"]),
+    ([*TB, "--subnet", "127.0.0.0/24"], {}, ["--subnet '127.0.0.0/24'", "inside 10.0.0.0/8"]),
+    ([*TB, "--subnet", "127.1.0.0/16"], {}, ["--subnet '127.1.0.0/16'"]),
+    ([*TB, "--subnet", "169.254.0.0/16"], {}, ["--subnet '169.254.0.0/16'"]),
+    ([*TB, "--subnet", "0.0.0.0/8"], {}, ["--subnet '0.0.0.0/8'"]),
+    ([*TB, "--subnet", "10.０.0.0/24"], {}, ["--subnet"]),
+    ([*TB, "--image", "--dry-run"], {}, ["--image: '--dry-run'"]),
+    ([*TB, "--image", "-x"], {}, ["--image: '-x'"]),
+    ([*TB, "--image", "x;touch /tmp/rlbox-marker"], {}, ["--image:", "is not an image reference"]),
+]
+
+
+@pytest.mark.parametrize("case", OPTION_GRAMMAR, ids=[str(i) + "-" + " ".join(c[0][:2]) for i, c in enumerate(OPTION_GRAMMAR)])
+def test_options_share_one_grammar_each(case, cli, tmp_path):
+    argv, files, expect = case
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for rel, body in files.items():
+        (runs / rel).write_text(yaml.safe_dump(body))
+    refused(cli(*[a.replace("{runs}", str(runs)) for a in argv], cwd=tmp_path, env={"RLBOX_ROOT": str(REPO)}), *expect)
+
+
+def test_testbed_plan_takes_private_subnets_and_real_images(cli, tmp_path):
+    code, out, err = cli(*TB, "--subnet", "192.168.7.0/24", "--image", "localhost/rlbox/sim:amd64", cwd=tmp_path)
+    assert code == 0, err
+    assert "on 192.168.7.0/24" in out and "# image localhost/rlbox/sim:amd64: docker save" in out
