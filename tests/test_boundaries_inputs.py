@@ -277,6 +277,7 @@ LOCK_FIELDS = [
     (lambda d: _variant(d)["base"].update(digest=f"md5:{HEX64[:32]}"), ["base.digest:", "algorithm 'md5'"]),
     (lambda d: _variant(d)["base"].update(digest=5), ["base.digest: Input should be a valid string"]),
     (lambda d: _variant(d).update(base="x"), ["base: Input should be a valid dictionary"]),
+    (lambda d: d.update(release="verl_pt27_cann82rc1"), ["release: 'verl_pt27_cann82rc1' is not 'verl_pt27_25rc3'"]),
 ]
 
 
@@ -526,3 +527,125 @@ def test_a_param_with_a_control_character_is_one_line(value, cli, tmp_path):
     rec = next(r for r in recipes.all_recipes() if "model_path" in r.params)
     refused(cli("run", "--dry-run", "--sim", "--nodes", str(rec.nodes), "--recipe", rec.name,
                 "--param", f"model_path={value}", "--no-validate", cwd=tmp_path), "--param")
+
+
+# ---------------------------------------------------------------------------------------------
+# Recipes' release forms (issue 37): the release exists, each add: is one Hydra override, each
+# rename: maps a key to a key; checked when the recipe is read, by every command that reads it.
+
+_FORM = "verl_pt210_cann910"
+RECIPE_FORMS = [  # (edit(recipe), what the one line names)
+    (lambda r: r["releases"].update(verl_pt99={"why": "x"}), ["releases: no release 'verl_pt99' in images/"]),
+    (lambda r: r.update(release="verl_pt27_25rc4"), ["release: no release 'verl_pt27_25rc4'", "did you mean"]),
+    (lambda r: r["releases"][_FORM].update(add=["a.b=1\n+c.d=2"]), [f"releases.{_FORM}.add", "control character U+000A"]),
+    (lambda r: r["releases"][_FORM].update(add=["trainer.total_epochs"]), [f"releases.{_FORM}.add", "not one KEY=VALUE"]),
+    (lambda r: r["releases"][_FORM].update(add=["=1"]), [f"releases.{_FORM}.add", "not one KEY=VALUE"]),
+    (lambda r: r["releases"][_FORM].update(add=["a b=1"]), [f"releases.{_FORM}.add", "not one KEY=VALUE"]),
+    (lambda r: r["releases"][_FORM].update(add=["a.b=1,2"]), [f"releases.{_FORM}.add", "is a sweep"]),
+    (lambda r: r["releases"][_FORM].update(add=["a.b='x"]), [f"releases.{_FORM}.add", "is not a Hydra override"]),
+    (lambda r: r["releases"][_FORM].update(rename={"data.train_files": "data.train files"}),
+     [f"releases.{_FORM}.rename", "is not a config key"]),
+    (lambda r: r["releases"][_FORM].update(rename={"data.train_files": "data.x=1"}),
+     [f"releases.{_FORM}.rename", "is not a config key"]),
+    (lambda r: r["releases"][_FORM].update(rename={"data.train files": "data.x"}),
+     [f"releases.{_FORM}.rename", "is not a config key"]),
+    (lambda r: r["releases"][_FORM].update(drop={"a=b": "why"}), [f"releases.{_FORM}.drop", "is not a config key"]),
+]
+
+
+def _recipe_file(tmp_path, edit):
+    from rlbox.cluster.recipes import RECIPES_DIR
+
+    doc = yaml.safe_load((RECIPES_DIR / "grpo-qwen2.5-0.5b-gsm8k.yaml").read_text())
+    doc["name"] = "hostile"
+    edit(doc)
+    path = tmp_path / "hostile.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("command", ["show", "run"])
+@pytest.mark.parametrize("case", RECIPE_FORMS, ids=[str(i) + "-" + c[1][0][:30] for i, c in enumerate(RECIPE_FORMS)])
+def test_a_recipes_release_forms_are_held_to_their_grammar(case, command, cli, tmp_path):
+    edit, expect = case
+    path = _recipe_file(tmp_path, edit)
+    argv = (["recipes", "show", path] if command == "show" else
+            ["run", "--dry-run", "--sim", "--nodes", "1", "--recipe", path, "--no-validate"])
+    refused(cli(*argv), f"{path}: ", *expect)
+
+
+def test_a_recipes_fair_release_forms_still_load(cli, tmp_path):
+    path = _recipe_file(tmp_path, lambda r: r["releases"][_FORM].update(
+        add=["+a.b=1", "++c.d='x,y'", "~e.f", "g.h=[1,2]", "i.j=${oc.env:HOME}"],
+        rename={"data.train_files": "+data.train_path"}, drop={"data.val_files": "why"}))
+    code, out, err = cli("recipes", "show", path)
+    assert code == 0, err
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics read back from a job log (issue 37): a number is bounded; a huge one is skipped, said so.
+
+METRIC_LOGS = [  # (log text, exit code, what stderr says, records of --json)
+    ("step:1 - a:" + "9" * 30_000_000 + " - b:0.5\nstep:2 - a:1 - b:0.25\n", 0,
+     "1 value(s) longer than 64 characters skipped as no number (first: a at step 1)",
+     [{"step": 1}, {"step": 2, "a": 1, "b": 0.25}]),
+    ("step:1 - a:" + "9" * 5000 + " - b:0.5\n", 0, "(first: a at step 1)", [{"step": 1, "b": 0.5}]),
+    ("step:1 - a:np.float64(" + "1" * 5000 + ") - b:2\n", 0, "(first: a at step 1)", [{"step": 1, "b": 2}]),
+    ("step:" + "9" * 5000 + " - a:1\n", 2, "no verl step lines", None),
+    ("step:1 - a:-" + "1" * 4301 + "\nstep:" + "1" * 19 + " - a:2\n", 0, "(first: a at step 1)", [{"step": 1}]),
+]
+
+
+@pytest.mark.parametrize("case", METRIC_LOGS, ids=[str(i) for i in range(len(METRIC_LOGS))])
+def test_metrics_bound_the_numbers_they_read(case, cli, tmp_path):
+    text, code, expect, records = case
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    got, out, err = cli("metrics", log, "--json", cwd=tmp_path)
+    assert got == code and "Traceback" not in err and err.count("\n") == 1 and expect in err, (got, err[-500:])
+    if records is not None:
+        assert json.loads(out)["records"] == records
+
+
+# ---------------------------------------------------------------------------------------------
+# Options share one grammar each (issue 37): one node limit, mounts of one line, testbed subnets
+# in the private ranges, an image reference where one is expected.
+
+_MANY = ",".join(f"h{i}" for i in range(5000))
+TB = ["testbed", "up", "--hosts", "2", "--hardware", "a3", "--dry-run"]
+OPTION_GRAMMAR = [  # (argv, files under the runs dir, what the one line names)
+    (["run", "--dry-run", "--hosts", _MANY, "--smoke-test", "--image", "x"], {}, ["--hosts: 5000 hosts", "at most 4096"]),
+    (["validate", "--hosts", _MANY, "--", "python3", "-m", "x"], {}, ["--hosts: 5000 hosts", "at most 4096"]),
+    (["run", "--dry-run", "--cluster", "{runs}/c.yaml", "--smoke-test"],
+     {"c.yaml": {"image": "x", "hosts": [{"host": f"h{i}"} for i in range(4097)]}}, ["c.yaml: hosts:", "at most 4096"]),
+    (["run", "--dry-run", "--sim", "--nodes", "4097", "--smoke-test"], {}, ["'--nodes'", "4096"]),
+    (["run", "--dry-run", "--sim", "--nodes", "1", "--smoke-test", "--mount", "/data\n/x:/data"], {},
+     ["--mount: '/data\\n/x:/data'", "control character U+000A"]),
+    (["run", "--dry-run", "--sim", "--nodes", "1", "--smoke-test", "--mount", "/data:/da\tta"], {}, ["--mount:", "U+0009"]),
+    (["run", "--dry-run", "--cluster", "{runs}/c.yaml", "--smoke-test"],
+     {"c.yaml": {"image": "x", "mounts": ["/a\r:/b"], "hosts": [{"host": "h1"}]}}, ["c.yaml: mounts:", "U+000D"]),
+    ([*TB, "--subnet", "127.0.0.0/24"], {}, ["--subnet '127.0.0.0/24'", "inside 10.0.0.0/8"]),
+    ([*TB, "--subnet", "127.1.0.0/16"], {}, ["--subnet '127.1.0.0/16'"]),
+    ([*TB, "--subnet", "169.254.0.0/16"], {}, ["--subnet '169.254.0.0/16'"]),
+    ([*TB, "--subnet", "0.0.0.0/8"], {}, ["--subnet '0.0.0.0/8'"]),
+    ([*TB, "--subnet", "10.０.0.0/24"], {}, ["--subnet"]),
+    ([*TB, "--image", "--dry-run"], {}, ["--image: '--dry-run'"]),
+    ([*TB, "--image", "-x"], {}, ["--image: '-x'"]),
+    ([*TB, "--image", "x;touch /tmp/rlbox-marker"], {}, ["--image:", "is not an image reference"]),
+]
+
+
+@pytest.mark.parametrize("case", OPTION_GRAMMAR, ids=[str(i) + "-" + " ".join(c[0][:2]) for i, c in enumerate(OPTION_GRAMMAR)])
+def test_options_share_one_grammar_each(case, cli, tmp_path):
+    argv, files, expect = case
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for rel, body in files.items():
+        (runs / rel).write_text(yaml.safe_dump(body))
+    refused(cli(*[a.replace("{runs}", str(runs)) for a in argv], cwd=tmp_path, env={"RLBOX_ROOT": str(REPO)}), *expect)
+
+
+def test_testbed_plan_takes_private_subnets_and_real_images(cli, tmp_path):
+    code, out, err = cli(*TB, "--subnet", "192.168.7.0/24", "--image", "localhost/rlbox/sim:amd64", cwd=tmp_path)
+    assert code == 0, err
+    assert "on 192.168.7.0/24" in out and "# image localhost/rlbox/sim:amd64: docker save" in out

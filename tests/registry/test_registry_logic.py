@@ -345,3 +345,77 @@ def test_unreachable_registry_names_host_and_port():
     with pytest.raises(RlboxError) as info:
         Registry(f"127.0.0.1:{port}", credentials=None).tags("x/y")
     assert f"cannot connect to 127.0.0.1 port {port} (connection refused)" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# A registry's answers are input (issue 37): bounded in size, depth and time, typed, one line.
+
+class _HostileRegistry(BaseHTTPRequestHandler):
+    stop = threading.Event()
+    bodies = {  # repository -> the body of its tag list
+        "deep": b"[" * 100_000 + b"]" * 100_000,
+        "list": b"[]",
+        "tags-str": json.dumps({"name": "x", "tags": "a"}).encode(),
+        "tags-int": json.dumps({"name": "x", "tags": [1]}).encode(),
+        "number": b'{"tags": [' + b"9" * 5000 + b"]}",
+    }
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        repo = self.path.removeprefix("/v2/").removesuffix("/tags/list")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if repo == "flood-length":
+            self.send_header("Content-Length", str(10**12))
+        self.end_headers()
+        try:
+            if repo == "drip":
+                for _ in range(40):  # a byte every 0.3 s, for at most 12 s
+                    if self.stop.wait(0.3):
+                        return
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+            elif repo == "flood":
+                for _ in range(20):  # 20 MiB, past the 16 a registry answer may have
+                    self.wfile.write(b" " * (1 << 20))
+            else:
+                self.wfile.write(self.bodies.get(repo, b"{}"))
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+HOSTILE_REGISTRY = [  # (repository, what the one line says)
+    ("deep", "nested deeper than 64 levels"),
+    ("list", "is a JSON list, not an object"),
+    ("tags-str", "'tags' is not a list of names"),
+    ("tags-int", "'tags' is not a list of names"),
+    ("number", "not valid JSON"),
+    ("drip", "no whole answer within 1 s"),
+    ("flood", "over the 16777216 bytes rlbox reads"),
+    ("flood-length", "the answer is 1000000000000 bytes"),
+]
+
+
+@pytest.fixture(scope="module")
+def hostile_registry():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _HostileRegistry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _HostileRegistry.stop.clear()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    _HostileRegistry.stop.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("repository,expect", HOSTILE_REGISTRY, ids=[r for r, _ in HOSTILE_REGISTRY])
+def test_a_hostile_registry_answer_is_one_line(repository, expect, hostile_registry):
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(RlboxError) as info:
+        Registry(hostile_registry, credentials=None, timeout=1).tags(repository)
+    text = str(info.value)
+    assert text.startswith(f"registry {hostile_registry}: ") and expect in text and "\n" not in text, text
+    assert time.monotonic() - start < 8

@@ -47,7 +47,9 @@ def images_outdated(releases, as_json, fail_on, pip_index, mirror, ca_bundle):
     compared through the PyPI project its releases are published as (vllm, vllm-ascend, verl,
     transformers, megatron-core), by the version its build reports in the lock; one without such a
     project, and CANN, are listed as unknown (their git tags need GitHub or a mirror). An index that
-    cannot be reached stops the command in one line: nothing is guessed.
+    cannot be reached, or whose answer is not whole within RLBOX_NET_DEADLINE seconds (default 60)
+    or is over 64 MiB or nested too deep, stops the command in one line naming the URL: nothing is
+    guessed.
     """
     import datetime as dt
 

@@ -11,6 +11,7 @@ from rlbox.cli.common import INT32, MAX_RESTARTS, NAME, SECONDS, IntRange, err
 from rlbox.cluster import jobs, k8s_apply, launch, recipes
 from rlbox.cluster.preflight import checks
 from rlbox.core import engine
+from rlbox.core.config import CLUSTER_NODES
 from rlbox.core.errors import RlboxError
 
 PROFILE = click.option("--k8s-profile", "k8s_profile", type=click.Path(path_type=Path, exists=True, dir_okay=False),
@@ -60,7 +61,7 @@ def k8s_group():
 @PROFILE
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="Write the RayJob here (`kubectl apply -f FILE`); `-` for stdout.")
-@click.option("--nodes", type=IntRange(1, 4096), help="Pods (Ray nodes), the head included (default: the recipe's).")
+@click.option("--nodes", type=IntRange(1, CLUSTER_NODES), help="Pods (Ray nodes), the head included (default: the recipe's).")
 @click.option("--image", help="RELEASE:VARIANT from the matrix or a full image reference.")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax"]), help="Hardware profile (default: the image's or the recipe's).")
 @click.option("--devices", metavar="N|IDS", help="NPUs per pod: a count or ids (default: the profile's npus_per_node, "

@@ -48,6 +48,8 @@ def metrics_cmd(run, runs_dir, job, keys, csv_file, as_json, plot_file, explain)
     log = run_state.job_log(runs_dir, run, job)
     m = metrics.parse_file(log)
     chosen = metrics.select(m, [k.strip() for k in keys.split(",") if k.strip()]) if keys else None
+    if m.skipped_note():
+        err.print(f"rlbox: {log}: {m.skipped_note()}", markup=False, highlight=False)
     if csv_file:
         try:
             csv_file.write_text(metrics.to_csv(m, chosen))

@@ -11,6 +11,7 @@ import click
 from rich.text import Text
 
 from rlbox.cli import cmd_k8s
+from rlbox.core.config import CLUSTER_NODES
 from rlbox.cli.common import MAX_RESTARTS, NAME, RUNS_DIR, SECONDS, IntRange, err, out, table_of
 from rlbox.cluster import execute, launch
 from rlbox.cluster import sim as sim_hosts
@@ -33,7 +34,7 @@ from rlbox.training import triage
 @click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head): HOST, USER@HOST or USER@HOST:PORT.")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Cluster YAML (per-host ssh, nic, mounts) or a hostfile.")
-@click.option("--nodes", type=IntRange(1, 4096), help="Number of nodes; must agree with the hosts given (with --sim: how many to simulate, at most 253).")
+@click.option("--nodes", type=IntRange(1, CLUSTER_NODES), help="Number of nodes; must agree with the hosts given (with --sim: how many to simulate, at most 253).")
 @click.option("--sim", is_flag=True, help="Rehearse on simulated nodes: containers on the local engine, devices mapped from /dev/null.")
 @click.option("--image", help="RELEASE:VARIANT from the matrix or a full image reference (default for --sim: rlbox_sim).")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]), help="Hardware profile (default: the image's; a3 for --sim).")
@@ -171,7 +172,7 @@ def _standin_of(image: str) -> str | None:
 @click.command("validate")
 @click.option("--hosts", help="Hosts of the cluster (only their number matters here).")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--nodes", type=IntRange(1, 4096), help="Nodes of the cluster the job is for.")
+@click.option("--nodes", type=IntRange(1, CLUSTER_NODES), help="Nodes of the cluster the job is for.")
 @click.option("--devices", metavar="N|IDS", help="NPUs per node, a count or ids (default: the hardware profile's).")
 @click.option("--image", help="RELEASE:VARIANT or image whose verl to validate against (default: the recipe's release).")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))
@@ -207,7 +208,7 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
 @click.command("doctor")
 @click.option("--hosts", help="Comma-separated hosts (node 0 is the Ray head).")
 @click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--nodes", type=IntRange(1, 4096))
+@click.option("--nodes", type=IntRange(1, CLUSTER_NODES))
 @click.option("--sim", is_flag=True, help="Check simulated hosts (their stand-in devices, npu-smi and driver).")
 @click.option("--image", help="RELEASE:VARIANT or image the run will use.")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]))

@@ -50,12 +50,12 @@ def testbed_group():
 @click.option("--hosts", type=IntRange(1, tbplan.MAX_HOSTS), required=True, help="How many hosts.")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax"]), required=True, help="The hosts' NPU stand-ins (a3: 16 per host).")
 @NAME
-@click.option("--subnet", default=tbplan.DEFAULT_SUBNET, show_default=True, help="The hosts' network (host I is .I, the bridge .254).")
+@click.option("--subnet", default=tbplan.DEFAULT_SUBNET, show_default=True, help="The hosts' network (host I is .I, the bridge .254): a /24 or larger inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16.")
 @ROOT
 @click.option("--driver", default=tbplan.DEFAULT_DRIVER, show_default=True, help="Driver version every host reports.")
 @click.option("--host-devices", multiple=True, metavar="HOST=N", help="Give host HOST (1-based) N NPUs instead of the hardware's.")
 @click.option("--host-driver", multiple=True, metavar="HOST=VERSION", help="Give host HOST another driver version.")
-@click.option("--image", help="An image on this machine's engine to load into every host (and name in the cluster file).")
+@click.option("--image", help="An image on this machine's engine to load into every host (and name in the cluster file): an image reference, NAME[:TAG][@DIGEST].")
 @click.option("--dry-run", is_flag=True, help="Print every step and process of the bring-up; make nothing.")
 def up_cmd(hosts, hardware, name, subnet, root, driver, host_devices, host_driver, image, dry_run):
     """Bring a testbed up and write its cluster file (printed on stdout).

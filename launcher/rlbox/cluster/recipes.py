@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlbox.core import names, quote
 from rlbox.core.config import load_yaml, read_text, validate
@@ -42,6 +42,28 @@ class Migration(BaseModel):
     rename: dict[str, str] = Field(default_factory=dict, description="old key (or key prefix) -> new key; a leading + adds it")
     drop: dict[str, str] = Field(default_factory=dict, description="key -> why it is not set on that release")
     add: list[str] = Field(default_factory=list, description="overrides that release needs besides")
+
+    @field_validator("rename")
+    @classmethod
+    def _keys_to_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for old, new in v.items():  # a key to a key: never a value, a space or a second override
+            quote.hydra_key(old)
+            quote.hydra_key(new, add=True)
+        return v
+
+    @field_validator("drop")
+    @classmethod
+    def _dropped_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            quote.hydra_key(key)
+        return v
+
+    @field_validator("add")
+    @classmethod
+    def _one_override_each(cls, v: list[str]) -> list[str]:
+        for override in v:  # Hydra's grammar: one KEY=VALUE, one line, one value
+            quote.hydra_override(override)
+        return v
 
 
 class Recipe(BaseModel):
@@ -138,6 +160,12 @@ def load(name: str) -> Recipe:
 def _parse(path: Path) -> Recipe:
     data = load_yaml(read_text(path), str(path))
     recipe = validate(Recipe, data, str(path))
+    known = _releases()
+    if known is not None:  # every release it names is one of the matrix (images/RELEASE.yaml)
+        for field, release in [("release", recipe.release), *(("releases", r) for r in recipe.releases)]:
+            if release not in known:
+                raise RlboxError(f"{path}: {field}: no release {release[:60]!r} in images/"
+                                 f"{did_you_mean(release, known)}; releases: {', '.join(sorted(known))}")
     for text in [*recipe.overrides, *recipe.env.values()]:
         for m in _PLACEHOLDER.finditer(text):
             if m.group(1) not in recipe.params:
@@ -145,6 +173,17 @@ def _parse(path: Path) -> Recipe:
     if recipe.name != path.stem:
         raise RlboxError(f"{path}: name: must be '{path.stem}' (the file name)")
     return recipe
+
+
+def _releases() -> set[str] | None:
+    """The releases of the tree's matrix (images/RELEASE.yaml), or None with no tree to read."""
+    from rlbox.core.paths import find_root
+    from rlbox.image.matrix import release_names
+
+    try:
+        return release_names(find_root())
+    except RlboxError:
+        return None
 
 
 def names_available() -> list[str]:

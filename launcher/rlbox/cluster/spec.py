@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from rlbox.core.config import control_char, load_yaml, read_text, validate
+from rlbox.core.config import CLUSTER_NODES, control_char, load_yaml, read_text, validate
 from rlbox.core.errors import RlboxError
 from rlbox.registry import reference
 
@@ -60,6 +60,9 @@ class Mount:
         mode = parts[2] if len(parts) == 3 else "rw"
         if mode not in ("ro", "rw"):
             raise RlboxError(f"{where}: '{text}': mode must be ro or rw")
+        bad = control_char(text)
+        if bad is not None:  # a newline in a mount is a new line of every plan and docker argument list
+            raise RlboxError(f"{where}: {text[:80]!r}: control character U+{ord(bad):04X}; a mount is one line")
         for p in parts[:2]:
             if not p.startswith("/"):
                 raise RlboxError(f"{where}: '{text}': paths must be absolute")
@@ -189,7 +192,7 @@ class _ClusterFile(BaseModel):
     ssh: _Ssh = _Ssh()
     mounts: list[str] = Field(default_factory=list)
     nofile: int | None = Field(None, ge=1024, le=1 << 20)
-    hosts: list[_HostEntry] = Field(min_length=1)
+    hosts: list[_HostEntry] = Field(min_length=1, max_length=CLUSTER_NODES)
 
     @field_validator("hardware")
     @classmethod
@@ -234,6 +237,8 @@ def from_hosts(text: str) -> ClusterSpec:
     names = [h.strip() for h in text.split(",") if h.strip()]
     if not names:
         raise RlboxError("--hosts: give at least one host, e.g. --hosts 10.0.0.1,10.0.0.2")
+    if len(names) > CLUSTER_NODES:
+        raise RlboxError(f"--hosts: {len(names)} hosts; a cluster has at most {CLUSTER_NODES} nodes")
     return _checked(ClusterSpec(tuple(parse_host(n) for n in names)))
 
 

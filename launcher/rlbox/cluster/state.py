@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rlbox.cluster.sim import network_for
 from rlbox.cluster.spec import Host, HostName, SshUser
 from rlbox.core import names
-from rlbox.core.config import Int32, load_file
+from rlbox.core.config import CLUSTER_NODES, Int32, load_file
 from rlbox.core.errors import RlboxError
 from rlbox.registry import reference
 
@@ -156,7 +156,7 @@ def restart_line(r: dict[str, Any]) -> str:
 
 class _Node(BaseModel):
     model_config = ConfigDict(extra="allow")
-    index: int = Field(ge=0, le=4096)
+    index: int = Field(ge=0, le=CLUSTER_NODES)
     role: Literal["head", "worker"]
     host: HostName
     ssh_user: SshUser | None = None
@@ -191,7 +191,7 @@ class StateRecord(BaseModel):
     image: str = ""  # an image reference (or none yet)
     ports: dict[str, int | list[int]] = Field(default_factory=dict)
     network: _Network | None = None
-    nodes: list[_Node] = Field(default_factory=list, max_length=4096)
+    nodes: list[_Node] = Field(default_factory=list, max_length=CLUSTER_NODES)
     phase: str | None = None
     ready_seconds: float | None = None
     log: str | None = Field(None, max_length=4096)

@@ -76,6 +76,7 @@ MAX_BYTES = 8 * 1024 * 1024  # a lock or record file
 MAX_YAML_BYTES = 1024 * 1024  # a YAML config file (manifests are tens of KB)
 MAX_DEPTH = 64  # nesting of mappings and lists
 MAX_NODES = 100_000  # values once YAML aliases are expanded (billion laughs: 10**9)
+CLUSTER_NODES = 4096  # nodes (hosts, pods) of one cluster: the one limit of --nodes, --hosts and cluster files
 
 
 class _UniqueKeys(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml when built with it: 10x faster
@@ -234,10 +235,10 @@ def depth_of(data: Any) -> int:
     return deepest
 
 
-def load_json(text: str, where: str) -> Any:
+def load_json(text: str, where: str, limit: int = MAX_BYTES) -> Any:
     """JSON text parsed within the bounds (size, depth); a problem is one line naming ``where``."""
-    if len(text) > MAX_BYTES:
-        raise RlboxError(f"{where}: {len(text)} characters, over the {MAX_BYTES} a record may have")
+    if len(text) > limit:
+        raise RlboxError(f"{where}: {len(text)} characters, over the {limit} a record may have")
     try:
         data = json.loads(text)
     except RecursionError:

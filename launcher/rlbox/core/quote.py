@@ -132,6 +132,43 @@ def hydra_value(value: object, string: bool = False) -> str:
     return "'" + out.replace("'", "\\'") + "'"
 
 
+# A Hydra override's key (its lexer's key: dotted IDs, an optional @package), and one whole
+# override ``[+|++|~]KEY=VALUE`` whose value Hydra reads as one element (never a sweep).
+HYDRA_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$\-]*(?:[./][A-Za-z0-9_$][A-Za-z0-9_$\-]*)*(?:@[A-Za-z0-9_$.]+)?")
+
+
+def hydra_key(value: object, add: bool = False) -> str:
+    """A config key (``a.b.c``); with ``add``, a leading ``+`` (add the key) is taken too. No space,
+    ``=`` or quote: a key is one key, never a key and a value."""
+    text = _one_line(str(value), "a Hydra key")
+    if len(text) > 256 or not HYDRA_KEY.fullmatch(text.removeprefix("+") if add else text):
+        raise ValueError(f"{text[:60]!r} is not a config key (dotted names of letters, digits, '_' and '-'"
+                         + (", a leading '+' to add it" if add else "") + ")")
+    return text
+
+
+def hydra_override(value: object) -> str:
+    """One Hydra override ``[+|++|~]KEY=VALUE`` (``~KEY`` deletes): one line, a config key, and a value
+    Hydra's own override parser reads as one element (a sweep ``a,b`` or a parse error refused)."""
+    text = _one_line(str(value), "a Hydra override")
+    key, eq, _ = text.partition("=")
+    prefix = next((p for p in ("++", "+", "~") if key.startswith(p)), "")
+    if not HYDRA_KEY.fullmatch(key[len(prefix):]) or (not eq and prefix != "~"):
+        raise ValueError(f"{text[:60]!r} is not one KEY=VALUE override (a config key, '=', a value; "
+                         "'+' adds a key, '~KEY' deletes one)")
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        override = OverridesParser.create().parse_override(text)
+    except HydraException as err:
+        raise ValueError(f"{text[:60]!r} is not a Hydra override: {str(err).splitlines()[0][:100]}") from None
+    if override.is_sweep_override():
+        raise ValueError(f"{text[:60]!r} is a sweep (several values); an override here sets one value: "
+                         "quote a value that holds ','")
+    return text
+
+
 # -- format strings ---------------------------------------------------------------------------------
 
 def format_fields(template: str, allowed: tuple[str, ...], what: str) -> str:

@@ -182,9 +182,13 @@ def read(root: Path, release: str) -> dict[str, Any] | None:
     if head.schema_ != SCHEMA:
         raise RlboxError(f"{where}: schema: not an rlbox lock ({SCHEMA}){with_hint}")
     try:
-        return load_file(path, LockFile, where).model_dump(by_alias=True, exclude_unset=True)
+        lock = load_file(path, LockFile, where)
     except RlboxError as err:
         raise RlboxError(f"{err}{with_hint}") from None
+    if lock.release != release:  # another release's lock under this name: its pins are not this one's
+        raise RlboxError(f"{where}: release: {lock.release!r} is not {release!r}, the release this lock is read for"
+                         f"{with_hint}")
+    return lock.model_dump(by_alias=True, exclude_unset=True)
 
 
 class _SchemaOnly(Strict):

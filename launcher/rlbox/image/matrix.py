@@ -320,6 +320,15 @@ def load_hardware(root: Path) -> dict[str, Hardware]:
     return validate_named(Hardware, profiles, config.rel(path, root), "hardware")
 
 
+NOT_RELEASES = ("hardware.yaml", "defaults.yaml", "mirrors.yaml")  # images/*.yaml that are no release manifest
+
+
+def release_names(root: Path) -> set[str]:
+    """The releases of the matrix under ``root`` by their files (images/RELEASE.yaml), unread:
+    what a recipe or a lock naming a release is checked against."""
+    return {p.stem for p in (root / "images").glob("*.yaml") if p.name not in NOT_RELEASES}
+
+
 def load(root: Path) -> Matrix:
     """Load and validate the whole matrix under ``root``; raise RlboxError on the first problem."""
     root = root.resolve()
@@ -328,7 +337,7 @@ def load(root: Path) -> Matrix:
     defaults = read_yaml(images / "defaults.yaml", root) if (images / "defaults.yaml").exists() else {}
     raw: dict[str, tuple[Path, dict[str, Any]]] = {}
     for path in sorted(images.glob("*.yaml")):
-        if path.name in ("hardware.yaml", "defaults.yaml", "mirrors.yaml"):
+        if path.name in NOT_RELEASES:
             continue
         data = read_yaml(path, root)
         rel = config.rel(path, root)

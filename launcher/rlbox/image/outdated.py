@@ -88,39 +88,75 @@ def pins(m: "Matrix", releases: list[str] | None = None) -> list[Pin]:
     return out
 
 
-def parse_project(name: str, data: object) -> Project:
-    """A PEP 691 JSON answer, typed at this boundary: file names and upload times only."""
+MAX_VERSION = 128  # characters of a version rlbox compares (PEP 440 versions are short; 5000 digits are not one)
+MAX_FILENAME = 255  # characters of a file name it matches
+MAX_VERSION_PARTS = 4  # '-'-separated parts a listed version may span in a file name
+
+
+def parse_project(name: str, data: object, where: str | None = None) -> Project:
+    """A PEP 691 JSON answer, typed at this boundary: file names and upload times only. A wrong
+    type where the answer's shape is (``files``, ``versions``) is one line; a file entry or version
+    that is not what PEP 691/700 say (a name over MAX_FILENAME, a version over MAX_VERSION or not
+    PEP 440, a time that is no ISO 8601 time) is left out. A time without a zone is UTC (PEP 700)."""
     uploaded: dict[str, dt.datetime] = {}
+    where = where or f"the index's answer for {name!r}"
     files = data.get("files") if isinstance(data, dict) else None
     if not isinstance(files, list):
-        raise RlboxError(f"images outdated: the index's answer for {name!r} has no file list (not a PEP 691 index?)")
-    versions = [v for v in data.get("versions") or [] if isinstance(v, str)]
+        raise RlboxError(f"images outdated: {where} has no file list (not a PEP 691 index?)")
+    listed = data.get("versions")
+    if listed is not None and not isinstance(listed, list):
+        raise RlboxError(f"images outdated: {where}: versions is {type(listed).__name__}, not a list of versions "
+                         "(not a PEP 691 index?)")
+    versions = {v for v in listed or [] if isinstance(v, str) and len(v) <= MAX_VERSION}
     for f in files:
         if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("upload-time"), str):
             continue
         version = version_of(f["filename"], versions)
         if version is None:
             continue
-        try:
-            when = dt.datetime.fromisoformat(f["upload-time"].replace("Z", "+00:00"))
-        except ValueError:
+        when = upload_time(f["upload-time"])
+        if when is None:
             continue
         if version not in uploaded or when < uploaded[version]:
             uploaded[version] = when
     return Project(name, uploaded)
 
 
-def version_of(filename: str, versions: list[str]) -> str | None:
-    """The version a file belongs to: the longest listed version its name carries after the project."""
+def upload_time(text: str) -> dt.datetime | None:
+    """A PEP 700 ``upload-time`` (ISO 8601, UTC) as an aware UTC time; one without a zone is UTC;
+    anything else None."""
+    if len(text) > 64:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.astimezone(dt.timezone.utc) if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+
+
+def version_of(filename: str, versions: "set[str] | frozenset[str]") -> str | None:
+    """The version a file belongs to: the longest listed version its name carries after the
+    project, as whole '-'-separated parts. Set look-ups of the name's own parts: linear in the
+    answer, however many versions and files it lists."""
+    if len(filename) > MAX_FILENAME:
+        return None
     stem = filename.removesuffix(".tar.gz").removesuffix(".zip").removesuffix(".whl")
-    found = [v for v in versions if f"-{v}-" in f"{stem}-" or stem.endswith(f"-{v}")]
-    return max(found, key=len) if found else None
+    parts = stem.split("-")
+    found = None
+    for start in range(1, len(parts)):
+        for end in range(start + 1, min(len(parts), start + MAX_VERSION_PARTS) + 1):
+            candidate = "-".join(parts[start:end])
+            if candidate in versions and (found is None or len(candidate) > len(found)):
+                found = candidate
+    return found
 
 
 def _version(text: str | None) -> Version | None:
+    if not text or len(text) > MAX_VERSION:
+        return None
     try:
-        return Version(text) if text else None
-    except InvalidVersion:
+        return Version(text)
+    except (InvalidVersion, ValueError):  # ValueError: a number past Python's int digits limit
         return None
 
 
@@ -173,28 +209,35 @@ def fails(rows: list[Row], level: str) -> list[Row]:
     return [r for r in rows if r.behind and LEVELS.index(r.behind) <= depth]
 
 
-def gather(projects: set[str], index: str = PYPI, timeout: float = 20.0, ca_bundle=None) -> dict[str, Project]:
-    """One JSON simple-API request per project. An index that does not answer stops everything."""
+def gather(projects: set[str], index: str = PYPI, deadline: float | None = None, ca_bundle=None) -> dict[str, Project]:
+    """One JSON simple-API request per project, each answer read within rlbox.core.answers'
+    bounds (size, depth, ``deadline`` seconds, default RLBOX_NET_DEADLINE or 60). An index that
+    does not answer, or answers past a bound, stops everything in one line naming the URL."""
     import requests
+
+    from rlbox.core import answers
+    from rlbox.core.config import redact_url
 
     session = requests.Session()
     found: dict[str, Project] = {}
     for name in sorted(projects):
         url = f"{index.rstrip('/')}/{quote(name, safe='')}/"
         try:
-            resp = session.get(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"}, timeout=timeout,
-                               verify=str(ca_bundle) if ca_bundle else True)
+            resp = answers.fetch(url, session=session, deadline=deadline, verify=str(ca_bundle) if ca_bundle else True,
+                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
         except requests.RequestException as err:
-            raise RlboxError(f"images outdated: the index {index} cannot be reached from here "
+            raise RlboxError(f"images outdated: the index {redact_url(index)} cannot be reached from here "
                              f"({type(err).__name__}); nothing is compared, nothing guessed") from None
+        except RlboxError as err:
+            raise RlboxError(f"images outdated: {err}; nothing is compared, nothing guessed") from None
         if resp.status_code == 404:
             continue
         if resp.status_code != 200 or "json" not in resp.headers.get("content-type", ""):
-            raise RlboxError(f"images outdated: {url} answered {resp.status_code} "
-                             f"({resp.headers.get('content-type', 'no type')}), not the JSON simple API (PEP 691)")
+            raise RlboxError(f"images outdated: {redact_url(url)} answered {resp.status_code} "
+                             f"({resp.headers.get('content-type', 'no type')[:60]}), not the JSON simple API (PEP 691)")
         try:
-            data = resp.json()
-        except ValueError:
-            raise RlboxError(f"images outdated: {url} answered with something that is not JSON") from None
-        found[name] = parse_project(name, data)
+            data = answers.json_of(resp, redact_url(url))
+        except RlboxError as err:
+            raise RlboxError(f"images outdated: {err}") from None
+        found[name] = parse_project(name, data, redact_url(url))
     return found

@@ -255,16 +255,27 @@ def download(url: str, want: str, target: Path, *, ca_bundle: Path | None = None
 
 def index_files(index: str, name: str, *, ca_bundle: Path | None = None) -> list[dict]:
     """Every file a PEP 691 (JSON simple API) index lists for project ``name``: filename, url,
-    hashes. PyPI answers it; `pip download` cannot fetch an sdist whose metadata needs torch."""
+    hashes (entries of another shape left out). PyPI answers it; `pip download` cannot fetch an
+    sdist whose metadata needs torch. The answer is read within rlbox.core.answers' bounds."""
     import requests
 
+    from rlbox.core import answers
+
+    url = f"{index.rstrip('/')}/{canonical(name)}/"
     try:
-        r = requests.get(f"{index.rstrip('/')}/{canonical(name)}/", timeout=30, verify=str(ca_bundle) if ca_bundle else True,
-                         headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        r = answers.fetch(url, verify=str(ca_bundle) if ca_bundle else True,
+                          headers={"Accept": "application/vnd.pypi.simple.v1+json"})
         r.raise_for_status()
-        return r.json()["files"]
-    except (requests.RequestException, ValueError, KeyError) as err:
-        raise RlboxError(f"cannot list {name} on {index}: {str(err)[:160]}") from None
+        data = answers.json_of(r, redact_url(url))
+    except requests.RequestException as err:
+        raise RlboxError(f"cannot list {name} on {redact_url(index)}: {str(err).replace(url, redact_url(url))[:160]}") from None
+    except RlboxError as err:
+        raise RlboxError(f"cannot list {name}: {err}") from None
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, list):
+        raise RlboxError(f"cannot list {name}: {redact_url(url)} has no file list (not a PEP 691 index?)")
+    return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)
+            and isinstance(f.get("url"), str) and isinstance(f.get("hashes"), dict)]
 
 
 def fetch_sdist(spec: str, dest: Path, *, ca_bundle: Path | None = None, sha: str | None = None) -> tuple[Path, str]:
@@ -277,7 +288,7 @@ def fetch_sdist(spec: str, dest: Path, *, ca_bundle: Path | None = None, sha: st
         fn = f["filename"]
         if fn.endswith(".tar.gz") and fn[: -len(".tar.gz")] in stems:
             url = f["url"].split("#", 1)[0]
-            return download(url, sha or f["hashes"]["sha256"], names.inside(sdist_dir(dest), fn, what="sdist"),
+            return download(url, sha or f["hashes"].get("sha256"), names.inside(sdist_dir(dest), fn, what="sdist"),
                             ca_bundle=ca_bundle), url
     raise RlboxError(f"fetch-sources: PyPI has no sdist of {spec}")
 

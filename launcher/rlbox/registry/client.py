@@ -15,13 +15,14 @@ a message, a log line or a repr.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import requests
 
+from rlbox.core import answers
+from rlbox.core.config import load_json
 from rlbox.core.errors import RlboxError
 
 from rlbox.registry.auth import ENV_PASSWORD, ENV_USER, Challenge, Credentials, credentials_for, parse_www_authenticate, scrub
@@ -34,6 +35,7 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT = ", ".join((*INDEX_TYPES, *MANIFEST_TYPES))
+REGISTRY_ANSWER_BYTES = 16 * 1024 * 1024  # manifests, config blobs, tag lists, tokens: never layers
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,6 +120,16 @@ class Registry:
     def _fail(self, what: str) -> RlboxError:
         return RlboxError(scrub(f"registry {self.host}: {what}", self.credentials))
 
+    def _doc(self, body: bytes, what: str) -> dict[str, Any]:
+        """A registry answer's JSON object, within rlbox.core.config.load_json's bounds (depth, size); else one line."""
+        try:
+            data = load_json(body.decode("utf-8"), f"registry {self.host}: {what}", limit=REGISTRY_ANSWER_BYTES)
+        except UnicodeDecodeError:
+            raise self._fail(f"{what} is not UTF-8 JSON") from None
+        if not isinstance(data, dict):
+            raise self._fail(f"{what} is a JSON {type(data).__name__}, not an object")
+        return data
+
     def _auth_failed(self) -> RlboxError:
         return self._fail(f"authentication failed for user {self._user}: check {ENV_USER}/{ENV_PASSWORD} "
                           f"or `docker login {self.host}`")
@@ -126,8 +138,13 @@ class Registry:
         return self._fail(f"authentication required: set {ENV_USER}/{ENV_PASSWORD} or `docker login {self.host}`")
 
     def _send(self, method: str, url: str, headers: dict[str, str], auth=None, **kw) -> requests.Response:
+        """One request, its answer read whole within rlbox.core.answers' bounds (REGISTRY_ANSWER_BYTES,
+        ``self.timeout`` seconds for all of it: a registry that drips is cut off there)."""
         try:
-            return self.session.request(method, url, headers=headers, auth=auth, timeout=self.timeout, **kw)
+            return answers.fetch(url, session=self.session, method=method, deadline=self.timeout,
+                                 limit=REGISTRY_ANSWER_BYTES, headers=headers, auth=auth, **kw)
+        except answers.Unanswered as err:
+            raise self._fail(str(err)) from None
         except requests.exceptions.SSLError:
             raise self._fail(f"TLS handshake with {self.hostname} port {self.port} failed: if it serves plain "
                              "http, pass --insecure") from None
@@ -162,12 +179,9 @@ class Registry:
             raise self._auth_failed() if self.credentials else self._auth_required()
         if resp.status_code != 200:
             raise self._fail(f"token service {realm.split('?')[0]} answered HTTP {resp.status_code}")
-        try:
-            data = resp.json()
-        except ValueError:
-            raise self._fail(f"token service {realm.split('?')[0]} answered no JSON") from None
+        data = self._doc(resp.content, f"token service {realm.split('?')[0]}")
         token = data.get("token") or data.get("access_token")
-        if not token:
+        if not token or not isinstance(token, str):
             raise self._fail(f"token service {realm.split('?')[0]} gave no token")
         self._tokens[key] = token
         return token
@@ -207,9 +221,11 @@ class Registry:
 
     def _errors(self, resp: requests.Response) -> set[str]:
         try:
-            return {e.get("code", "") for e in resp.json().get("errors", [])}
-        except (ValueError, AttributeError):
+            errors = self._doc(resp.content, "error body").get("errors")
+        except RlboxError:
             return set()
+        return {e["code"][:60] for e in errors if isinstance(e, dict) and isinstance(e.get("code"), str)} \
+            if isinstance(errors, list) else set()
 
     def _unexpected(self, resp: requests.Response, what: str) -> RlboxError:
         codes = ", ".join(sorted(self._errors(resp))) or resp.reason
@@ -234,7 +250,10 @@ class Registry:
                 raise self._fail(f"no repository {repository}")
             if resp.status_code != 200:
                 raise self._unexpected(resp, f"tags of {repository}")
-            out += resp.json().get("tags") or []
+            tags = self._doc(resp.content, f"tags of {repository}").get("tags") or []
+            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                raise self._fail(f"tags of {repository}: 'tags' is not a list of names")
+            out += tags
             nxt = resp.links.get("next", {}).get("url")
             path = urljoin(resp.url, nxt) if nxt else None
         return out
@@ -258,29 +277,28 @@ class Registry:
             raise self._fail(f"manifest {ref.repository}@{target} has digest {digest}: the registry returned "
                              "something else than asked")
         media = resp.headers.get("Content-Type", "").split(";")[0].strip()
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            raise self._fail(f"manifest of {ref.repository}:{target} is not JSON") from None
-        media = doc.get("mediaType") or media
+        doc = self._doc(body, f"manifest of {ref.repository}:{target}")
+        media = doc.get("mediaType") if isinstance(doc.get("mediaType"), str) else media
         return body, digest, media
 
     def _index_images(self, doc: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-        entries = ((_platform_of(e), e["digest"]) for e in doc.get("manifests", []))
+        listed = doc.get("manifests")
+        entries = ((_platform_of(e), e["digest"]) for e in (listed if isinstance(listed, list) else [])
+                   if isinstance(e, dict) and isinstance(e.get("digest"), str) and isinstance(e.get("platform") or {}, dict))
         return tuple((p, d) for p, d in entries if not p.startswith("unknown/"))  # skip attestations
 
     def _image_manifest(self, ref: Reference, digest: str) -> dict[str, Any]:
         body, _, media = self._get_manifest(ref, digest)
         if media and media not in MANIFEST_TYPES:
             raise self._fail(f"{ref.name}@{digest}: unsupported manifest type {media}")
-        return json.loads(body)
+        return self._doc(body, f"manifest {ref.name}@{digest}")
 
     def manifest(self, ref: Reference | str, platform: str | None = None) -> Manifest:
         """The manifest ``ref`` names; for an index (OCI or Docker list), the entry for
         ``platform`` (default: this host's) is fetched as well."""
         ref = Reference.parse(ref) if isinstance(ref, str) else ref
         body, digest, media = self._get_manifest(ref, ref.target)
-        doc = json.loads(body)
+        doc = self._doc(body, f"manifest of {ref}")
         if media in INDEX_TYPES or "manifests" in doc:
             images = self._index_images(doc)
             want = platform or host_platform()
@@ -307,7 +325,7 @@ class Registry:
     def config_of(self, ref: Reference, image: dict[str, Any]) -> ImageConfig:
         """The config blob of an image manifest already fetched (``Manifest.image``)."""
         digest = image["config"]["digest"]
-        doc = json.loads(self.blob(ref, digest))
+        doc = self._doc(self.blob(ref, digest), f"config {digest}")
         cfg = doc.get("config") or {}
         return ImageConfig(digest, doc.get("os", ""), doc.get("architecture", ""), doc.get("variant"),
                            dict(cfg.get("Labels") or {}), doc.get("created"))
@@ -321,7 +339,7 @@ class Registry:
         """The digest ``ref`` resolves to and the config of every platform image it holds."""
         ref = Reference.parse(ref) if isinstance(ref, str) else ref
         body, digest, media = self._get_manifest(ref, ref.target)
-        doc = json.loads(body)
+        doc = self._doc(body, f"manifest of {ref}")
         if media in INDEX_TYPES or "manifests" in doc:
             return digest, [self.config_of(ref, self._image_manifest(ref, d)) for _, d in self._index_images(doc)]
         return digest, [self.config_of(ref, doc)]

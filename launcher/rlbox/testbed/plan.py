@@ -260,7 +260,8 @@ class TestbedPlan:
                     f"#   stand-ins: cluster.sim.write_stand_ins({h.dir}/stand-ins, {self.hardware}, {h.devices}, {h.driver})",
                     *rest]
         if self.image:
-            out += ["", f"# image {self.image}: docker save | docker -H unix://HOSTDIR/docker.sock load, on every host"]
+            out += ["", f"# image {shlex.quote(self.image)}: docker save | docker -H unix://HOSTDIR/docker.sock load, "
+                        "on every host"]
         out += ["", f"# cluster file: {self.cluster_file}", *("#   " + line for line in self.cluster_yaml().splitlines())]
         return "\n".join(out) + "\n"
 
@@ -298,15 +299,23 @@ def check_name(name: str) -> str:
     return name
 
 
-def check_subnet(subnet: str, where: str) -> ipaddress.IPv4Network:
-    """The hosts' network: a private IPv4 /24 or larger, written as a network (no host bits)."""
+PRIVATE_NETWORKS = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+
+
+def check_subnet(subnet: str, where: str = "--subnet") -> "ipaddress.IPv4Network":
+    """A testbed's network: an IPv4 /24 or larger inside the private ranges (RFC 1918: 10/8,
+    172.16/12, 192.168/16), written as a network (no host bits); never loopback, link-local or
+    another reserved range (Python's ``is_private`` takes 127/8 and 169.254/16 too)."""
+    shown = repr(subnet[:60]) if isinstance(subnet, str) else repr(subnet)
     try:
-        net = ipaddress.ip_network(subnet, strict=True)
-    except (ValueError, TypeError) as err:
-        raise RlboxError(f"{where}: {err}") from None
-    if net.version != 4 or net.num_addresses < 256 or not net.is_private:
-        raise RlboxError(f"{where}: give a private IPv4 /24 or larger (default {DEFAULT_SUBNET})")
-    return net
+        net = (ipaddress.ip_network(subnet, strict=True)
+               if isinstance(subnet, str) and subnet.isascii() and len(subnet) <= 43 else None)
+    except ValueError as err:
+        raise RlboxError(f"{where} {shown}: {err}") from None
+    if net is None or net.version != 4 or net.num_addresses < 256 or not any(net.subnet_of(p) for p in PRIVATE_NETWORKS):
+        raise RlboxError(f"{where} {shown}: give a private IPv4 /24 or larger, inside 10.0.0.0/8, 172.16.0.0/12 or "
+                         f"192.168.0.0/16 (default {DEFAULT_SUBNET})")
+    return net  # type: ignore[return-value]
 
 
 def check_root(root: str) -> str:
@@ -330,7 +339,14 @@ def plan_testbed(*, hosts: int, hardware: str, name: str = DEFAULT_NAME, subnet:
         raise RlboxError(f"--hardware {hardware}: choose a2, a3 or ax")
     if not 1 <= hosts <= MAX_HOSTS:
         raise RlboxError(f"--hosts {hosts}: a testbed has 1..{MAX_HOSTS} hosts")
-    net = check_subnet(subnet, f"--subnet {subnet}")
+    net = check_subnet(subnet)
+    if image is not None:
+        from rlbox.registry.reference import Reference
+
+        try:  # the distribution spec's grammar: never an option (`-x`), a space or a ';'
+            Reference.parse(image)
+        except RlboxError as err:
+            raise RlboxError(f"--image: {err}") from None
     check_root(root)
     driver = _driver(driver, "--driver")
     devices = per_host(host_devices, "--host-devices", hosts, _devices)

@@ -124,7 +124,7 @@ def mismatch(state: TestbedState, root: str, name: str) -> tuple[str, str] | Non
     if state.root != root:
         return "root", f"{state.root[:80]!r}, not this testbed's root {root!r}"
     try:
-        tbplan.check_subnet(state.subnet, state.subnet[:40])
+        tbplan.check_subnet(state.subnet, "subnet")
     except RlboxError as err:
         return "subnet", str(err)
     if [h.index for h in state.hosts] != list(range(1, len(state.hosts) + 1)):

@@ -38,7 +38,7 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 # that itself prints a subprocess's prefixed lines.
 _RAY_PREFIX = re.compile(r"^\s*\((?:[^()\s]+ )?(?:pid=\d+|raylet|gcs_server|autoscaler[^)]*)(?:, ip=[^)\s]+)?\)\s?")
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
-_STEP = re.compile(r"(?:^|\s)step:(\d+)(?=\s+-\s|\s*-?\s*$)")
+_STEP = re.compile(r"(?:^|\s)step:([0-9]{1,18})(?=\s+-\s|\s*-?\s*$)")  # a step past 10**18 is no step
 _SEP = re.compile(r"\s+-\s+")
 _TRAILING_SEP = re.compile(r"\s+-\s*$")
 _KEY = re.compile(r"^[A-Za-z_][\w./@\-]*$")
@@ -49,6 +49,7 @@ _ELLIPSIS = {"…", "……", "...", "……", "⋯"}
 _LINES = re.compile(r"\r\n|\r|\n")
 MAX_LINE = 4 * 1024 * 1024  # characters of one log line read (a step line of 70,000 keys is ~2.5 MB)
 MAX_BODY = 16 * 1024 * 1024  # characters of one step line glued from wrapped lines
+MAX_VALUE = 64  # characters of one value read: a longer one (30 million digits) is skipped, and said so
 
 
 def clean(line: str) -> str:
@@ -63,8 +64,11 @@ def clean(line: str) -> str:
 
 
 def value(text: str) -> float | int | None:
-    """A value as pprint.pformat wrote it: 3, 0.25, 1e-06, nan, True, np.float64(0.25)."""
+    """A value as pprint.pformat wrote it: 3, 0.25, 1e-06, nan, True, np.float64(0.25); None for
+    anything else, and for a value over MAX_VALUE characters (no number verl logs is that long)."""
     text = text.strip()
+    if len(text) > MAX_VALUE:
+        return None
     m = _NP.match(text)
     if m:
         text = m.group(1).strip()
@@ -86,12 +90,16 @@ def _pair(segment: str) -> tuple[str, float | int] | None:
     return None if v is None else (key, v)
 
 
-def _pairs(body: str) -> dict[str, float | int]:
+def _pairs(body: str, too_long: list[str] | None = None) -> dict[str, float | int]:
     out = {}
     for segment in _SEP.split(body.strip().strip("-").strip()):
         p = _pair(segment)
         if p:
             out[p[0]] = p[1]
+        elif too_long is not None and len(segment.strip()) > MAX_VALUE:
+            key, sep, raw = segment.strip().partition(":")
+            if sep and _KEY.match(key) and len(_TRAILING_SEP.sub("", raw).strip()) > MAX_VALUE:
+                too_long.append(key[:80])
     return out
 
 
@@ -162,6 +170,15 @@ class Metrics:
     keys: list[str] = field(default_factory=list)  # first-seen order
     lines: int = 0  # step lines read (a step seen twice counts twice)
     seen: set[str] = field(default_factory=set, repr=False)  # the keys again, for O(1) membership
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (step, key) of values over MAX_VALUE characters
+
+    def skipped_note(self) -> str | None:
+        """One line saying which values were left out, or None."""
+        if not self.skipped:
+            return None
+        step, key = self.skipped[0]
+        return (f"{len(self.skipped)} value(s) longer than {MAX_VALUE} characters skipped as no number "
+                f"(first: {key} at step {step})")
 
     @property
     def steps(self) -> list[int]:
@@ -201,7 +218,9 @@ def parse(text: str, source: str = "") -> Metrics:
                 break
             body = joined
             i += 1
-        out.add(int(m.group(1)), _pairs(body))
+        too_long: list[str] = []
+        out.add(int(m.group(1)), _pairs(body, too_long))
+        out.skipped += [(int(m.group(1)), key) for key in too_long]
     return out
 
 
