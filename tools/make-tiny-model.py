@@ -6,7 +6,7 @@
 Runs inside an image with transformers and tokenizers (e.g. localhost/rlbox/verl-cpu:amd64):
 no hub, no download. A byte-level BPE tokenizer (vocab 512) is trained on the given JSONL rows'
 text (the GSM8K-format sample) plus digits and the chat template's markers; the model is
-Qwen2ForCausalLM with 2 layers, hidden 64, 4 heads (2 KV heads), random weights from a fixed
+Qwen2ForCausalLM with 2 layers, hidden 64, 2 heads (1 KV head; head size 32, the smallest vLLM's CPU attention takes), random weights from a fixed
 seed, saved with save_pretrained (safetensors, float32): about 0.6 MB. Deterministic: the same
 inputs give the same files.
 """
@@ -61,7 +61,7 @@ def main(argv):
 
     torch.manual_seed(19)
     config = Qwen2Config(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
                          tie_word_embeddings=True, torch_dtype="float32",
                          bos_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
                          eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id)

