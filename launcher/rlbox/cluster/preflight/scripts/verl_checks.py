@@ -16,6 +16,7 @@ main_ppo calls it (that function builds the actor and critic dataclasses and run
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -75,7 +76,7 @@ def environmental(err: BaseException, root: str) -> str | None:
     if any("/huggingface_hub/" in f or "/transformers/" in f for f in files) or "Repo id must be" in text:
         return "the model's files (its HF config at the model path), which are on the nodes, not here"
     if isinstance(err, ImportError) or any(f.startswith(os.path.join(root, "third_party")) for f in files[-2:]):
-        return "a package this Python lacks (the image has the rollout engine: validate with --image)"
+        return "a package this Python lacks"
     return None
 
 
@@ -87,16 +88,17 @@ def main() -> int:
     sys.modules["torch_npu"] = None
     for req in reqs if isinstance(reqs, list) else [reqs]:
         try:
-            out = verdict(req)
+            with contextlib.redirect_stdout(sys.stderr):  # verl prints (the whole config): not the verdict
+                out = verdict(req)
         except Exception as err:  # noqa: BLE001 - this Python cannot run the checks: said, not a rejection
-            out = {"verl": None, "ran": [], "rejected": None, "where": None,
+            out = {"verl": None, "ran": [], "rejected": None, "where": None, "beyond": [],
                    "could_not": [f"verl's checks could not run here: {type(err).__name__}: {' '.join(str(err).split())[:300]}"]}
         print(json.dumps(out))
     return 0
 
 
 def verdict(req: dict) -> dict:
-    out: dict = {"verl": None, "ran": [], "could_not": [], "rejected": None, "where": None}
+    out: dict = {"verl": None, "ran": [], "could_not": [], "beyond": [], "rejected": None, "where": None}
     spec = importlib.util.find_spec("verl")
     if spec is None:
         out["could_not"].append("verl is not importable here")
@@ -111,43 +113,147 @@ def verdict(req: dict) -> dict:
         out["rejected"] = f"{type(err).__name__}: {' '.join(str(err).split())}"[:600]
         out["where"] = "hydra compose"
         return out
-    if "validate_config(" not in source:
-        out["could_not"].append(f"{req['module']} calls no validate_config before its workers start: "
-                                "its checks run inside the trainer and workers, which need the cluster")
-    else:
-        cfgmod = importlib.import_module("verl.utils.config")
-        validate = getattr(cfgmod, "validate_config", None)
-        try:
-            ppo_utils = importlib.import_module("verl.trainer.ppo.utils")
-        except ImportError as err:
-            out["could_not"].append(f"verl.trainer.ppo.utils does not import here ({type(err).__name__}: {err})")
-            ppo_utils = None
-        need_ref = getattr(ppo_utils, "need_reference_policy", None)
-        need_critic = getattr(ppo_utils, "need_critic", None)
-        params = list(inspect.signature(validate).parameters) if validate else []
-        takes_config = [f for f in (need_ref, need_critic)
-                        if f is not None and list(inspect.signature(f).parameters)[:1] == ["config"]]
-        if params[:3] != ["config", "use_reference_policy", "use_critic"] or len(takes_config) != 2:
-            out["could_not"].append("verl.utils.config.validate_config or need_reference_policy/need_critic(config) "
-                                    "differ from what this check knows how to call")
-        else:
-            line = next((i + 1 for i, text in enumerate(source.splitlines()) if "validate_config(" in text
-                         and "import" not in text), None)
-            out["ran"].append(f"verl.utils.config.validate_config, as {req['module']} calls it"
-                              + (f" ({os.path.relpath(entry.origin, os.path.dirname(root))}:{line})" if line else ""))
-            try:
-                validate(config=cfg, use_reference_policy=need_ref(cfg), use_critic=need_critic(cfg))
-            except Exception as err:  # noqa: BLE001 - verl's own rejection, whatever its type
-                text = f"{type(err).__name__}: {' '.join(str(err).split()) or type(err).__name__}"[:600]
-                needs = environmental(err, root)
-                if needs:
-                    out["could_not"].append(f"validate_config stopped on {needs} ({text[:300]})")
-                else:
-                    out["rejected"] = text
-                    out["where"] = where(err.__traceback__, root)
-    out["could_not"].append("worker-side checks (rollout and engine configs built inside the workers) and "
-                            "checks needing the model's files")
+    shape = "validate_config(" in source and 'need_reference_policy(config' in source.replace(" ", "")
+    if shape:  # verl 0.8/0.9: validate_config(config, need_reference_policy(config), need_critic(config))
+        own_validate_config(req, cfg, source, entry, root, out)
+    else:  # verl 0.5-0.7 (and the seed commits): the entrypoint's TaskRunner.run, as verl runs it
+        task_runner(req, cfg, root, out)
+    out["beyond"].append("worker-side checks (the rollout and engine configs, vLLM's engine arguments, "
+                         "built inside the workers once they start)")
     return out
+
+
+def reject(out: dict, err: BaseException, root: str, what: str) -> None:
+    """verl's own rejection, or what the check stopped on when it needs something not here."""
+    text = f"{type(err).__name__}: {' '.join(str(err).split()) or type(err).__name__}"[:600]
+    needs = environmental(err, root)
+    if needs:
+        out["could_not"].append(f"{what} stopped on {needs} ({text[:300]})")
+    else:
+        out["rejected"] = text
+        out["where"] = where(err.__traceback__, root)
+
+
+def own_validate_config(req: dict, cfg, source: str, entry, root: str, out: dict) -> None:
+    cfgmod = importlib.import_module("verl.utils.config")
+    validate = getattr(cfgmod, "validate_config", None)
+    try:
+        ppo_utils = importlib.import_module("verl.trainer.ppo.utils")
+    except ImportError as err:
+        out["could_not"].append(f"verl.trainer.ppo.utils does not import here ({type(err).__name__}: {err})")
+        ppo_utils = None
+    need_ref = getattr(ppo_utils, "need_reference_policy", None)
+    need_critic = getattr(ppo_utils, "need_critic", None)
+    params = list(inspect.signature(validate).parameters) if validate else []
+    takes_config = [f for f in (need_ref, need_critic)
+                    if f is not None and list(inspect.signature(f).parameters)[:1] == ["config"]]
+    if params[:3] != ["config", "use_reference_policy", "use_critic"] or len(takes_config) != 2:
+        out["could_not"].append("verl.utils.config.validate_config or need_reference_policy/need_critic(config) "
+                                "differ from what this check knows how to call")
+        return
+    line = next((i + 1 for i, text in enumerate(source.splitlines()) if "validate_config(" in text
+                 and "import" not in text), None)
+    out["ran"].append(f"verl.utils.config.validate_config, as {req['module']} calls it"
+                      + (f" ({os.path.relpath(entry.origin, os.path.dirname(root))}:{line})" if line else ""))
+    try:
+        validate(config=cfg, use_reference_policy=need_ref(cfg), use_critic=need_critic(cfg))
+    except Exception as err:  # noqa: BLE001 - verl's own rejection, whatever its type
+        reject(out, err, root, "validate_config")
+
+
+class Reached(Exception):
+    """The TaskRunner got past its last config check: stop before it loads models or data."""
+
+
+def line_of(path: str, needle: str, root: str) -> str:
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError:
+        return ""
+    n = next((i + 1 for i, text in enumerate(lines) if needle in text and "def " not in text), None)
+    return f" ({os.path.relpath(path, os.path.dirname(root))}:{n})" if n else ""
+
+
+def task_runner(req: dict, cfg, root: str, out: dict) -> None:
+    """The entrypoint's ``TaskRunner.run(config)`` in this process, as verl runs it on the driver, up to
+    where it has made every config check it makes before a worker exists: verl 0.6/0.7 call
+    ``validate_config`` near its top (stop at the model download after it); verl 0.5 makes its checks in
+    ``RayPPOTrainer.__init__`` (``_validate_config``), after loading the tokenizer and the datasets: those
+    loads are stood in for (the files are on the nodes) and the run stops at the trainer's dataloaders."""
+    main = importlib.import_module(req["module"])
+    runner_cls = getattr(main, "TaskRunner", None)
+    runner_cls = getattr(runner_cls, "__ray_actor_class__", runner_cls)
+    if runner_cls is None or not hasattr(runner_cls, "run"):
+        out["could_not"].append(f"{req['module']} has no TaskRunner.run this check knows how to call: its config "
+                                "checks run inside the trainer and workers, which need the cluster")
+        return
+    trainer_mod = importlib.import_module("verl.trainer.ppo.ray_trainer")
+    fs = importlib.import_module("verl.utils.fs")
+    utils = importlib.import_module("verl.utils")
+    trainer = trainer_mod.RayPPOTrainer
+    done: list[str] = []
+    stood_in: list[str] = []
+
+    started: list[str] = []
+
+    def recorded(fn, name, at):
+        fn = getattr(fn, "original", fn)  # several requests in one process: wrap verl's own function once
+
+        def call(*a, **k):
+            started.append(name + at)
+            result = fn(*a, **k)
+            done.append(name + at)
+            return result
+        call.original = fn
+        return call
+
+    if hasattr(main, "validate_config"):
+        main.validate_config = recorded(main.validate_config, f"verl.utils.config.validate_config, as {req['module']} calls it",
+                                        line_of(main.__file__, "validate_config(", root))
+    if hasattr(trainer, "_validate_config"):
+        trainer._validate_config = recorded(trainer._validate_config, "RayPPOTrainer._validate_config, as the trainer's "
+                                            "constructor calls it", line_of(trainer_mod.__file__, "self._validate_config()", root))
+
+    def copy_to_local(path, *a, **k):
+        if done:
+            raise Reached
+        stood_in.append("the model's tokenizer and processor")
+        return path
+
+    def stop(self, *a, **k):
+        raise Reached
+
+    def none(what):
+        def call(*a, **k):
+            stood_in.append(what)
+        return call
+
+    fs.copy_to_local = copy_to_local
+    utils.hf_tokenizer, utils.hf_processor = none("the model's tokenizer and processor"), none("the model's processor")
+    for name in ("create_rl_dataset", "create_rl_sampler"):
+        if hasattr(main, name):
+            setattr(main, name, none("the datasets"))
+    trainer._create_dataloader = stop
+    try:
+        runner_cls().run(cfg)
+    except Reached:
+        pass
+    except Exception as err:  # noqa: BLE001 - verl's own rejection, whatever its type
+        reject(out, err, root, f"{req['module']}'s TaskRunner.run")
+        out["ran"].append(f"{req['module']}'s TaskRunner.run, as verl runs it on the driver"
+                          + (", through " + "; ".join(started) if started else ", before its config checks"))
+        return
+    else:
+        out["could_not"].append(f"{req['module']}'s TaskRunner.run ended without reaching the trainer: "
+                                "this check does not know where its config checks are")
+    if not done:
+        out["could_not"].append(f"{req['module']}'s TaskRunner.run reached the trainer without calling "
+                                "validate_config or RayPPOTrainer._validate_config")
+    out["ran"].append(f"{req['module']}'s TaskRunner.run, as verl runs it on the driver (worker choice, reward "
+                      f"manager, resource pools), through " + "; ".join(done))
+    seen = sorted(set(stood_in) - {"the model's processor"})
+    if seen:
+        out["beyond"].append("loading " + " and ".join(seen) + " (stood in: their files are on the nodes)")
 
 
 if __name__ == "__main__":
