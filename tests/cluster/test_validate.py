@@ -13,7 +13,7 @@ import pytest
 from conftest import rlbox
 from support.engine import leftovers
 from rlbox.cluster import recipes
-from rlbox.cluster.preflight import validate
+from rlbox.verl import validate
 
 MAIN_PPO = ["python3", "-m", "verl.trainer.main_ppo"]
 DAPO = ["python3", "-m", "recipe.dapo.main_dapo"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlbox.cluster.preflight import validate, verl_own, verl_rules
+from rlbox.verl import own as verl_own, rules as verl_rules, validate
 from rlbox.verl import outcome
 from rlbox.verl.outcome import NotRun
 from rlbox.core.errors import RlboxError
@@ -53,7 +53,7 @@ def test_a_rejection_names_the_verl_that_made_it_and_notes_say_what_ran():
 
 
 def test_when_verls_own_checks_cannot_run_validation_says_so_and_the_rest_stands(tmp_path):
-    from rlbox.cluster.preflight.validate import VerlTree
+    from rlbox.verl.validate import VerlTree
 
     cfg = tmp_path / "verl" / "trainer" / "config"
     cfg.mkdir(parents=True)
@@ -78,7 +78,7 @@ def test_when_verls_own_checks_cannot_run_validation_says_so_and_the_rest_stands
 
 def test_a_seed_commit_is_validated_by_its_own_code_where_it_can_run_and_by_the_restated_rules_where_not(tmp_path):
     """With an image, verl's own code in it; the restated rules only when that code cannot run."""
-    from rlbox.cluster.preflight.validate import VerlTree
+    from rlbox.verl.validate import VerlTree
 
     cfg = tmp_path / "verl" / "trainer" / "config"
     cfg.mkdir(parents=True)

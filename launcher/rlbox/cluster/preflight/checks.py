@@ -9,11 +9,10 @@ from dataclasses import replace
 from rlbox.cluster import jobs
 from rlbox.cluster.plan import RunPlan
 from rlbox.cluster.preflight import doctor as doctor_mod
-from rlbox.cluster.preflight import validate
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import find_root
 from rlbox.image import matrix
-from rlbox.verl import outcome
+from rlbox.verl import outcome, validate
 from rlbox.verl.outcome import Outcome
 
 

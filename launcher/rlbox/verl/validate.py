@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlbox.cluster.preflight import verl_own, verl_rules
+from rlbox.verl import own as verl_own, rules as verl_rules
 from rlbox.verl.outcome import NotRun, Outcome, Problem
 from rlbox.core.errors import RlboxError, nearest
 from rlbox.core.once import made_once
