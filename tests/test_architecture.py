@@ -4,14 +4,18 @@ Every ``*.py`` file under the package is a module; nothing here lists them, so m
 added, split or moved are checked as they are. The rules:
 
 layers
-    Subpackages are layered, lowest first: resources (data only) < core < registry < image <
+    Subpackages are layered, lowest first: resources (data only) < core < registry < image < verl <
     cluster < delivery < training < cli. A module may import its own subpackage or a lower layer, never a
     higher or a sibling one. ``rlbox/__init__.py`` is exempt, as importer and as target. A module
     outside every layer (e.g. a new ``rlbox/foo.py`` or ``rlbox/foo/``) is reported too: give it
     a layer in LAYERS.
 scripts
-    ``rlbox/training/scripts/`` and ``rlbox/image/scripts/`` run inside containers as standalone files: they import nothing
-    of rlbox, and no rlbox module imports them (they are read as text).
+    ``rlbox/training/scripts/``, ``rlbox/image/scripts/`` and ``rlbox/verl/scripts/`` run inside containers (or
+    another Python's environment) as standalone files: they import nothing of rlbox, and no rlbox module imports
+    them (they are read as text).
+verl
+    What rlbox knows of verl's code (validating against it, the scripts that run in its Python) lives in
+    ``rlbox/verl/``: no module or script under ``rlbox/cluster`` is named for verl.
 cycles
     The module graph has no cycle. An edge is any import of an rlbox module, at the top of a
     file or inside a function, absolute or relative; ``from pkg import sub`` is an edge to the
@@ -49,8 +53,8 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "launcher"  # the folder holding the ``rlbox`` package
 PACKAGE = "rlbox"
 
-LAYERS = ("resources", "core", "registry", "image", "cluster", "delivery", "training", "testbed", "cli")
-SCRIPTS = ("rlbox.training.scripts", "rlbox.image.scripts")
+LAYERS = ("resources", "core", "registry", "image", "verl", "cluster", "delivery", "training", "testbed", "cli")
+SCRIPTS = ("rlbox.training.scripts", "rlbox.image.scripts", "rlbox.verl.scripts")
 MAX_LINES = 600
 MAX_CLI_LINES = 400
 
@@ -498,6 +502,23 @@ def test_container_scripts_import_nothing_of_rlbox(tree):
     assert not violations, _report("scripts", violations)
 
 
+def check_verl_room(s: Scan) -> list[Violation]:
+    """No module under rlbox.cluster named for verl (verl_*.py, a verl* package): it belongs in rlbox/verl/."""
+    out = []
+    for m in s.modules.values():
+        inside = m.name.startswith(f"{PACKAGE}.cluster.")
+        if inside and any(part.startswith("verl") for part in m.name.split(".")[2:]):
+            out.append(Violation(m.rel, 1, "verl", f"{m.name} is verl knowledge under rlbox/cluster; move it into "
+                                 f"{PACKAGE}.verl (git mv, so merges follow the rename)"))
+    return sorted(out)
+
+
+def test_verl_knowledge_lives_in_its_room(tree):
+    violations = check_verl_room(tree)
+    assert not violations, _report("verl", violations)
+    assert f"{PACKAGE}.verl.validate" in tree.modules and f"{PACKAGE}.verl.scripts.verl_checks" in tree.modules
+
+
 def test_no_import_cycles(tree):
     violations = check_cycles(tree)
     assert not violations, _report("cycles", violations)
@@ -629,6 +650,15 @@ def test_self_check_scripts(synthetic):
     found = check_scripts(synthetic)
     assert _where(found) == ["training/scripts/stub.py:2", "training/serve.py:2"], "\n".join(map(str, found))
     assert "may import nothing of rlbox" in found[0].detail and "never imported" in found[1].detail
+
+
+def test_self_check_verl_room(tmp_path):
+    (tmp_path / "rlbox" / "cluster" / "preflight").mkdir(parents=True)
+    for rel in ("__init__.py", "cluster/__init__.py", "cluster/preflight/__init__.py", "cluster/preflight/verl_own.py",
+                "cluster/plan.py"):
+        (tmp_path / "rlbox" / rel).write_text("")
+    found = check_verl_room(scan(tmp_path))
+    assert [(v.path, v.rule) for v in found] == [(f"{tmp_path.name}/rlbox/cluster/preflight/verl_own.py", "verl")]
 
 
 def test_self_check_cycles(synthetic):

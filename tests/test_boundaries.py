@@ -463,7 +463,7 @@ def test_metrics_parses_a_70000_key_line():
 
 
 def test_nearest_key_for_a_misspelt_top_level_segment():
-    from rlbox.cluster.preflight.validate import _suggest  # noqa: PLC2701 - the judgement itself
+    from rlbox.verl.validate import _suggest  # noqa: PLC2701 - the judgement itself
 
     known = {"algorithm": None, "algorithm.adv_estimator": "grpo", "algorithm.kl_ctrl": None,
              "algorithm.kl_ctrl.type": "fixed", "trainer": None, "trainer.nnodes": 1, "data": None}

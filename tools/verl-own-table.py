@@ -3,7 +3,7 @@
 (main_ppo rows, on the research's BASE, 1 x 8 NPUs), for a verl release from PyPI:
     .venv/bin/python tools/verl-own-table.py 0.9.1 > tests/fixtures/verl_rules/own-0.9.1.yaml
 Each row's `violating` and `passing` overrides go through rlbox's request to verl's own code
-(rlbox.cluster.preflight.verl_own, in the environment made from the wheel); the output is verl's
+(rlbox.verl.own, in the environment made from the wheel); the output is verl's
 verdict, `(file:line) Type: message`, or null where that verl accepts the config.
 tests/cluster/test_validate_verl_own.py runs a selection again and compares."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from rlbox.cluster.preflight import validate, verl_own
+from rlbox.verl import own as verl_own, validate
 
 HERE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "verl_rules"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import textwrap
 
@@ -11,7 +13,7 @@ import pytest
 from conftest import rlbox
 from support.engine import leftovers
 from rlbox.cluster import recipes
-from rlbox.cluster.preflight import validate
+from rlbox.verl import validate
 
 MAIN_PPO = ["python3", "-m", "verl.trainer.main_ppo"]
 DAPO = ["python3", "-m", "recipe.dapo.main_dapo"]
@@ -103,6 +105,8 @@ def test_dapo_entry_composes_with_trainer_config_on_the_search_path(verl_source)
 
 
 def test_every_recipe_validates_clean(verl050, verl_source):
+    """Nothing found in any recipe; the verdict says what ran: a source folder (the seeds' DAPO releases here)
+    has no environment for verl's own checks, so that verdict is "partly checked", never "valid"."""
     nearest = {"verl_pt27_25rc3": verl_source, "verl_pt27_cann82rc1": validate.from_wheel("0.7.0"), "verl_cpu": verl050,
                "verl_cpu_09": validate.from_wheel("0.9.1")}
     for r in recipes.all_recipes():
@@ -111,15 +115,61 @@ def test_every_recipe_validates_clean(verl050, verl_source):
 
         npus = r.devices or (16 if r.hardware == "a3" else 8)
         job = plan_job(argv, nodes=r.nodes, npus_per_node=npus, run="t", run_id="x")
-        assert validate.check(nearest[r.release], list(job.argv), r.nodes, npus) == [], r.name
+        found = validate.examine(nearest[r.release], list(job.argv), r.nodes, npus, own=_own_not_here)
+        assert found.problems == (), r.name
+        assert found.verdict == "partly checked", r.name
+        assert [n.what.split(":")[0] for n in found.not_run] == ["verl's start-up checks"], r.name
+
+
+def _own_not_here(tree, req):
+    from rlbox.core.errors import RlboxError
+
+    raise RlboxError("not run in this test (tests/cluster/test_validate_verl_own.py runs verl's own code)")
 
 
 def test_cli_validate_and_run_stop_before_any_container(verl050, tmp_path):
     proc = rlbox("validate", "--verl-version", "0.5.0", "--recipe", "grpo-qwen2.5-0.5b-gsm8k")
-    assert proc.returncode == 0 and proc.stdout.startswith("valid: verl.trainer.main_ppo with ")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "valid: verl.trainer.main_ppo with 39 overrides for 1 x 8 NPUs against verl 0.5.0 wheel\n"
+    assert "rlbox: ran: verl 0.5.0's own code: verl.trainer.main_ppo's TaskRunner.run" in proc.stderr
     proc = rlbox("validate", "--verl-version", "0.5.0", "--nodes", "4", "--devices", "16",
                  "--", *MAIN_PPO, "tainer.device=npu", "trainer.n_gpus_per_node=16")
     assert proc.returncode == 2 and "did you mean trainer.device?" in proc.stderr
+
+
+def test_cli_refuses_a_set_that_is_not_a_hydra_override_and_an_interpolation_loop(verl050):
+    proc = rlbox("validate", "--verl-version", "0.5.0", "--recipe", "grpo-qwen2.5-0.5b-gsm8k", "--set", "--config-path=/x")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == ["rlbox: error: --set --config-path=/x: not a Hydra override (KEY=VALUE, "
+                                                "+KEY=VALUE, ++KEY=VALUE or ~KEY); options of the job go after -- in the command"]
+    loop = validate.examine(verl050, MAIN_PPO + CLUSTER + ["+data.a=${data.b}", "+data.b=${data.a}"], 4, 16,
+                            own=_own_not_here)
+    assert "data.a: cannot be resolved, as verl resolves its config at start-up: Recursive interpolation detected" \
+        in [str(p) for p in loop.problems]
+
+
+def test_two_validations_at_once_on_a_clean_cache_both_finish_with_the_same_verdict(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    env = dict(os.environ, RLBOX_CACHE=str(tmp_path / "cache"))
+    env.pop("RLBOX_ROOT", None)
+    argv = [sys.executable, "-m", "rlbox.cli", "validate", "--verl-version", "0.5.0", "--json", "--nodes", "1",
+            "--devices", "8", "--", *MAIN_PPO, "trainer.device=npu", "trainer.n_gpus_per_node=8", "data.train_batch_size=15",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=5", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1", "algorithm.adv_estimator=grpo"]
+    procs = [subprocess.Popen(argv, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    assert [p.returncode for p in procs] == [2, 2], [e[-600:] for _, e in outs]
+    assert "Traceback" not in outs[0][1] + outs[1][1]
+    verdicts = [json.loads(o) for o, _ in outs]
+    assert verdicts[0] == verdicts[1] and verdicts[0]["verdict"] == "invalid"
+    assert any("real_train_batch_size (15) must be divisible by minimal possible batch size (8)" in p["message"]
+               for p in verdicts[0]["problems"])
+    assert sorted(p.name for p in (tmp_path / "cache" / "verl-env").iterdir()) == ["0.5.0", "0.5.0.lock"]
 
 
 SEED_TYPOS = [

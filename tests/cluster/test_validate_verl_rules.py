@@ -15,7 +15,7 @@ import pytest
 
 from dataclasses import replace
 
-from rlbox.cluster.preflight import validate, verl_rules
+from rlbox.verl import rules as verl_rules, validate
 
 MAIN_PPO = ["python3", "-m", "verl.trainer.main_ppo"]
 # valid for verl at both commits on 1 x 8 NPUs (the research's BASE)

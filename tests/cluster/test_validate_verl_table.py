@@ -12,7 +12,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from rlbox.cluster.preflight import verl_rules
+from rlbox.verl import rules as verl_rules
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "verl_rules"
 ROWS = yaml.safe_load((HERE / "cases.yaml").read_text())

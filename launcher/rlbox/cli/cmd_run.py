@@ -21,6 +21,7 @@ from rlbox.core.errors import RlboxError
 from rlbox.delivery import execute as deliver
 from rlbox.image import standins
 from rlbox.training import triage
+from rlbox.verl import outcome
 
 
 @click.command("run", context_settings={"ignore_unknown_options": False})
@@ -183,17 +184,24 @@ def _standin_of(image: str) -> str | None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
 @click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Mounts the run will have (where checkpoints go).")
 @click.option("--max-restarts", type=IntRange(0, MAX_RESTARTS), metavar="N", help="Restarts the run will allow (default: the recipe's).")
+@click.option("--strict", is_flag=True, help="Make 'partly checked' an error (exit 3): for CI.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict, the problems and what ran as JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_version, verl_config, recipe, params, sets,
-                 mounts, max_restarts, command):
+                 mounts, max_restarts, strict, as_json, command):
     """Compose a verl job's Hydra config with the verl that will run and check it.
 
     Unknown keys (with the nearest real key), values of the wrong type, and cluster rules:
     nnodes x n_gpus_per_node equals the cluster's NPUs, rollout TP divides NPUs per node,
     ulysses SP divides the NPU count, train_batch_size divisible by ppo_mini_batch_size,
     ppo_max_token_len_per_gpu holds one sequence, trainer.device=npu, filter_groups only with DAPO;
-    every start-up check of the pinned verl, as that verl commit makes it; with restarts, that they can resume
+    interpolations that cannot resolve; verl's own start-up checks, run by that verl's own code where it is (the
+    image, or an environment made from the --verl-version wheel); with restarts, that they can resume
     (trainer.save_freq > 0, checkpoints on a mount every node has).
+
+    The last line is the verdict: `valid: ...` (exit 0) only when every check verl makes before its workers
+    start ran; `partly checked: ...` (exit 0; 3 with --strict) names what did not run and how to run it;
+    `invalid: ...` (exit 2).
     """
     plan, rec = launch.plan_for_validation(hosts=hosts, cluster_file=cluster_file, nodes=nodes, devices=devices,
                                            hardware=hardware, recipe=recipe, params=list(params), sets=list(sets),
@@ -202,7 +210,17 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
     argv = checks.verl_argv(plan)
     tree = checks.tree_for_validation(image=image, verl_version=verl_version, verl_config=verl_config,
                                       recipe=rec, client_factory=engine.local_client)
-    click.echo(checks.validate_plan(plan, argv, tree, warn=lambda line: err.print(f"rlbox: {line}", markup=False)))
+    found, subject = checks.examine_plan(plan, argv, tree)
+    status = outcome.exit_status(found.verdict, strict)
+    if as_json:
+        click.echo(json.dumps(outcome.as_json(found, subject, strict), indent=2))
+        if status:
+            sys.exit(status)
+        return
+    line = checks.report(found, subject, warn=lambda line: err.print(f"rlbox: {line}", markup=False))
+    if status:
+        raise RlboxError(f"{line} (--strict)", exit_code=status)
+    click.echo(line)
 
 
 @click.command("doctor")

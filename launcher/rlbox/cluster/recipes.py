@@ -133,9 +133,17 @@ class Recipe(BaseModel):
             overrides = [fill(o, hydra) for o in self.overrides]
         except ValueError as err:
             raise RlboxError(f"--param: {err}") from None
+        for e in extra:
+            if not _OVERRIDE.fullmatch(e):
+                raise RlboxError(f"--set {e}: not a Hydra override (KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY); "
+                                 "options of the job go after -- in the command")
         keys = {_key(e) for e in extra}
         overrides = [o for o in overrides if _key(o) not in keys] + list(extra)
         return [*self.entrypoint, *overrides], {k: fill(v) for k, v in self.env.items()}
+
+
+# a Hydra override: KEY=VALUE, +KEY=VALUE, ++KEY=VALUE, ~KEY[=VALUE]; a key or group path (a.b, a/b, a@pkg)
+_OVERRIDE = re.compile(r"(?:~[A-Za-z_][\w./@-]*(?:=.*)?|(?:\+\+|\+)?[A-Za-z_][\w./@-]*=.*)", re.S)
 
 
 def _key(override: str) -> str:

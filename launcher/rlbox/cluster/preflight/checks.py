@@ -9,10 +9,11 @@ from dataclasses import replace
 from rlbox.cluster import jobs
 from rlbox.cluster.plan import RunPlan
 from rlbox.cluster.preflight import doctor as doctor_mod
-from rlbox.cluster.preflight import validate
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import find_root
 from rlbox.image import matrix
+from rlbox.verl import outcome, validate
+from rlbox.verl.outcome import Outcome
 
 
 def verl_tree(verl_version, verl_config, client, image, echo=None):
@@ -31,12 +32,16 @@ def verl_tree(verl_version, verl_config, client, image, echo=None):
         raise
 
 
-def report(problems, tree, warn) -> None:
-    """All but the last problem as warnings, the last as the error (one line each)."""
-    if problems:
-        for p in problems[:-1]:
-            warn(f"invalid: {p}")
-        raise RlboxError(f"invalid: {problems[-1]}  ({len(problems)} problem(s) against {tree.origin}; nothing was started)")
+def report(found: Outcome, subject: str, warn) -> str:
+    """What ran and did not as notes; every problem but the last as a warning and the last as the
+    error (one line each); else the verdict line (valid, or partly checked)."""
+    for line in found.notes():
+        warn(line)
+    for p in found.problems[:-1]:
+        warn(f"invalid: {p}")
+    if found.problems:
+        raise RlboxError(outcome.summary(found, subject))
+    return outcome.summary(found, subject)
 
 
 def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, run_validate=True, run_doctor=True,
@@ -49,14 +54,10 @@ def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, r
         if verl_job:
             tree = verl_tree(verl_version, verl_config, nodes[0].client, plan.image, echo)
             if tree is not None:
-                notes: list[str] = []
-                found = validate.check(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node,
-                                       restarts=plan.max_restarts, mounts=shared_mounts(plan), notes=notes,
-                                       own=lambda t, req: validate.own_checks(t, req, nodes[0].client))
-                for line in notes:
-                    echo(line)
-                report(found, tree, warn)
-                echo(f"job overrides valid against {tree.origin}")
+                found = validate.examine(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node,
+                                         restarts=plan.max_restarts, mounts=shared_mounts(plan),
+                                         own=lambda t, req: validate.own_checks(t, req, nodes[0].client))
+                echo(report(found, f"the job's overrides against {tree.origin}", warn))
         if run_doctor:
             checks, took = doctor_mod.run_checks(plan, nodes, replace)
             bad = [c for c in checks if not c.ok]
@@ -100,26 +101,25 @@ def tree_for_validation(*, image: str | None, verl_version: str | None, verl_con
     return tree if tree.commit or not pin else replace(tree, commit=pin)  # the release's verl: its rules
 
 
+def examine_plan(plan: RunPlan, argv: list[str], tree) -> tuple[Outcome, str]:
+    """`rlbox validate`: the plan's verl job ``argv`` (``verl_argv``) checked against ``tree``, and
+    what the verdict is about."""
+    found = validate.examine(tree, argv, len(plan.nodes), plan.npus_per_node, restarts=plan.max_restarts,
+                             mounts=shared_mounts(plan))
+    subject = (f"{argv[2] if len(argv) > 2 else ''} with {len(validate.hydra_overrides(argv))} overrides "
+               f"for {len(plan.nodes)} x {plan.npus_per_node} NPUs against {tree.origin}")
+    return found, subject
+
+
 def validate_plan(plan: RunPlan, argv: list[str], tree, warn) -> str:
-    """`rlbox validate`: the plan's verl job ``argv`` (``verl_argv``) checked against ``tree``; the summary line."""
-    notes: list[str] = []
-    found = validate.check(tree, argv, len(plan.nodes), plan.npus_per_node, restarts=plan.max_restarts,
-                           mounts=shared_mounts(plan), notes=notes)
-    for line in notes:
-        warn(line)
-    report(found, tree, warn)
-    return (f"valid: {argv[2] if len(argv) > 2 else ''} with {len(validate.hydra_overrides(argv))} overrides "
-            f"for {len(plan.nodes)} x {plan.npus_per_node} NPUs against {tree.origin}")
+    """The verdict line of ``examine_plan`` (an invalid job raises it, one line)."""
+    return report(*examine_plan(plan, argv, tree), warn)
 
 
 def validate_rayjob(plan, tree, warn) -> str:
     """A KubeRay run's verl job checked as `rlbox run --hosts` checks it, before the manifest is
     written or applied: the pods' shape, restarts, and the profile's writable volumes as mounts."""
     argv = list(plan.job.argv) if plan.job else []
-    notes: list[str] = []
-    found = validate.check(tree, argv, plan.nodes, plan.npus_per_node, restarts=plan.max_restarts,
-                           mounts=plan.shared_mounts, notes=notes)
-    for line in notes:
-        warn(line)
-    report(found, tree, warn)
-    return f"job overrides valid against {tree.origin}"
+    found = validate.examine(tree, argv, plan.nodes, plan.npus_per_node, restarts=plan.max_restarts,
+                             mounts=plan.shared_mounts)
+    return report(found, f"the job's overrides against {tree.origin}", warn)

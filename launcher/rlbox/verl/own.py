@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbox.cluster.preflight.verl_rules import Problem
+from rlbox.verl.outcome import NotRun, Problem
 from rlbox.core.errors import RlboxError
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "verl_checks.py"
@@ -38,6 +38,7 @@ class Verdict:
     could_not: tuple[str, ...]
     rejected: str | None
     where: str | None
+    beyond: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, text: str, origin: str) -> "Verdict":
@@ -69,7 +70,8 @@ class Verdict:
             value = data.get(key)
             return tuple(" ".join(v.split())[:300] for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
-        return cls(text_of("verl") or "unknown", texts("ran"), texts("could_not"), text_of("rejected"), text_of("where"))
+        return cls(text_of("verl") or "unknown", texts("ran"), texts("could_not"), text_of("rejected"), text_of("where"),
+                   texts("beyond"))
 
 
 def request(entry, overrides: list[str], nodes: int | None, npus: int | None, root: Path) -> dict:
@@ -91,10 +93,27 @@ def problems(v: Verdict) -> list[Problem]:
     return [Problem(("verl",), f"verl {v.verl} rejects this at start-up{at}: {v.rejected}")]
 
 
-def notes(v: Verdict) -> list[str]:
-    out = [f"verl {v.verl}'s own checks ran: {'; '.join(v.ran)}"] if v.ran else []
-    out += [f"not checked by verl {v.verl}'s own code: {c}" for c in v.could_not]
+def ran(v: Verdict) -> list[str]:
+    return [f"verl {v.verl}'s own code: {r}" for r in v.ran]
+
+
+def not_run(v: Verdict) -> list[NotRun]:
+    """What verl's own checks could not run here, each with how to run it."""
+    out = []
+    for c in v.could_not:
+        if "model's files" in c:
+            how = "put the model's config and tokenizer files at that path on this machine, or validate with --image " \
+                  "on a node that has them"
+        elif "package this Python lacks" in c:
+            how = "validate with --image: the image has the rollout engine"
+        else:
+            how = ""
+        out.append(NotRun(f"verl {v.verl}'s own {c}" if not c.startswith("verl") else c, how))
     return out
+
+
+def beyond(v: Verdict) -> list[str]:
+    return [f"verl {v.verl}'s {b}" for b in v.beyond]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,34 +134,68 @@ def torch_pin() -> tuple[list[str], list[str]]:
     return [], []
 
 
+def release_pins(version: str, root: Path | None = None) -> list[str]:
+    """The locked set (``name==version``) of a release in rlbox's matrix whose image installs
+    ``verl==version`` (images/*.yaml and their lock), torch and stand-ins left out: the environment of
+    that verl then holds what the image holds (verl 0.5.0 needs numpy<2, and today's pyarrow and
+    transformers do not fit it). None in the matrix (or no rlbox tree here): no pins."""
+    from rlbox.core.paths import find_root
+    from rlbox.image import matrix
+
+    try:
+        m = matrix.load(root or find_root())
+    except RlboxError:
+        return []
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    chosen = [v for v in m.variants if any(c.name == "verl" and c.spec.pip == f"verl=={version}" for c in v.components)
+              and getattr(v, "lock", None) is not None]
+    for variant in sorted(chosen, key=lambda v: (v.arch != arch, v.ref)):
+        return sorted(f"{name}=={p['version']}" for name, p in variant.lock.pip.items()
+                      if name not in ("torch", "verl") and not p.get("standin_for") and p.get("version"))
+    return []
+
+
+def env_plan(version: str, torch: tuple[list[str], list[str]], pins: list[str]) -> tuple[list[str], list[str], str]:
+    """(requirements, uv options, stamp) of verl ``version``'s environment; the stamp names all of it,
+    so a changed plan makes the environment again."""
+    reqs, opts = torch
+    stamp = " ".join([f"verl=={version}", *reqs, *(f"-c {p}" for p in pins)]) + "\n"
+    return [f"verl=={version}", *reqs], opts, stamp
+
+
 def env_python(version: str, echo=None) -> Path:
-    """The Python of rlbox's cached environment for verl ``version`` (made once with uv from the
-    PyPI wheel and what it requires; a CPU torch where pip's find-links hold one)."""
+    """The Python of rlbox's cached environment for verl ``version``: made once with uv from the PyPI
+    wheel and what it requires (held to the locked set of a release that installs that verl, a CPU
+    torch where pip's find-links hold one), under a lock so that two validations at once share it."""
     if not VERSION.fullmatch(version):
         raise RlboxError(f"--verl-version {version!r} is not a version (e.g. 0.9.1)")
+    from rlbox.core.once import made_once
     from rlbox.image.pylock import uv_bin
 
     dest = cache_root() / "verl-env" / version
-    python = dest / "bin" / "python"
-    if (dest / ".complete").is_file() and python.exists():
-        return python
-    if echo:
-        echo(f"making the environment of verl {version} for its own checks (once; {dest})")
-    partial = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    reqs, opts = torch_pin()
-    uv = uv_bin()
-    for argv in ([uv, "venv", "--quiet", "--python", sys.executable, str(partial)],
-                 [uv, "pip", "install", "--quiet", "--python", str(partial / "bin" / "python"), *opts,
-                  f"verl=={version}", *reqs]):
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
-        if proc.returncode != 0:
-            shutil.rmtree(partial, ignore_errors=True)
-            last = " ".join((proc.stderr.strip().splitlines() or ["failed"])[-1].split())[:240]
-            raise RlboxError(f"cannot make the environment of verl {version} for its own checks: {last}")
-    (partial / ".complete").write_text(f"verl=={version} {' '.join(reqs)}\n")
-    shutil.rmtree(dest, ignore_errors=True)
-    partial.rename(dest)
+    pins = release_pins(version)
+    reqs, opts, stamp = env_plan(version, torch_pin(), pins)
+
+    def make(folder: Path) -> None:
+        uv = uv_bin()
+        constraints = folder.parent / f"{folder.name}.constraints.txt"
+        constraints.write_text("\n".join(pins) + "\n")
+        try:
+            for argv in ([uv, "venv", "--quiet", "--allow-existing", "--python", sys.executable, str(folder)],
+                         [uv, "pip", "install", "--quiet", "--python", str(folder / "bin" / "python"), *opts, *reqs,
+                          *(["-c", str(constraints)] if pins else [])]):
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+                if proc.returncode != 0:
+                    last = " ".join((proc.stderr.strip().splitlines() or ["failed"])[-1].split())[:240]
+                    raise RlboxError(f"cannot make the environment of verl {version} for its own checks: {last}")
+        finally:
+            constraints.unlink(missing_ok=True)
+
+    def say() -> None:
+        if echo:
+            echo(f"making the environment of verl {version} for its own checks (once; {dest})")
+
+    made_once(dest, stamp, make, before=say)
     return dest / "bin" / "python"
 
 

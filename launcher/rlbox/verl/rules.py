@@ -20,7 +20,7 @@ empty dataset, custom classes), ``???`` values, and the Megatron workers' own no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from rlbox.verl.outcome import Problem
 
 A = "796871d7d092f7cbc6a64e7f4a3796f7a2217f5e"
 B = "65eb019a81012317b98afc17ce8fd36342a5e786"
@@ -30,15 +30,6 @@ ACT = AR + "actor."
 LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 REWARD_MANAGERS = ("batch", "dapo", "naive", "prime")  # registered at both commits (workers/reward_manager)
 FSDP = ("fsdp", "fsdp2")
-
-
-@dataclass(frozen=True)
-class Problem:
-    keys: tuple[str, ...]
-    message: str
-
-    def __str__(self) -> str:
-        return f"{', '.join(self.keys)}: {self.message}"
 
 
 def pinned(commit: str | None) -> str | None:

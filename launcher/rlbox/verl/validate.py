@@ -16,7 +16,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -26,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlbox.cluster.preflight import verl_own, verl_rules
-from rlbox.cluster.preflight.verl_rules import Problem
+from rlbox.verl import own as verl_own, rules as verl_rules
+from rlbox.verl.outcome import NotRun, Outcome, Problem
 from rlbox.core.errors import RlboxError, nearest
+from rlbox.core.once import made_once
 
 CACHE = Path(os.environ.get("RLBOX_CACHE", Path.home() / ".cache" / "rlbox"))
 _HYDRA_MAIN = re.compile(r"@hydra\.main\(\s*config_path\s*=\s*[\"']([^\"']+)[\"']\s*,\s*config_name\s*=\s*[\"']([^\"']+)[\"']")
@@ -61,28 +61,28 @@ def from_folder(path: Path) -> VerlTree:
 
 
 def from_wheel(version: str) -> VerlTree:
-    """verl's trainer config from its PyPI wheel (recipes are not in the wheel)."""
+    """verl's trainer config from its PyPI wheel (recipes are not in the wheel); made once, under a
+    lock (two validations at once share it)."""
+    if not verl_own.VERSION.fullmatch(version):
+        raise RlboxError(f"--verl-version {version!r} is not a version (e.g. 0.9.1)")
     dest = CACHE / "verl" / f"wheel-{version}"
-    if (dest / "verl" / "trainer" / "config").is_dir():
-        return VerlTree(dest, f"verl {version} wheel", version=version)
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp,
-                               f"verl=={version}"], capture_output=True, text=True)
-        wheels = list(Path(tmp).glob("verl-*.whl"))
-        if proc.returncode != 0 or not wheels:
-            last = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
-            raise RlboxError(f"--verl-version {version}: cannot download verl=={version} ({last})")
-        partial = dest.with_suffix(".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            for name in wheel.namelist():
-                if name.startswith(("verl/trainer/", "recipe/")) and name.endswith((".yaml", ".py")):
-                    wheel.extract(name, partial)
-        if not (partial / "verl" / "trainer" / "config").is_dir():
-            shutil.rmtree(partial, ignore_errors=True)
+
+    def make(folder: Path) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp,
+                                   f"verl=={version}"], capture_output=True, text=True)
+            wheels = list(Path(tmp).glob("verl-*.whl"))
+            if proc.returncode != 0 or not wheels:
+                last = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+                raise RlboxError(f"--verl-version {version}: cannot download verl=={version} ({last})")
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                for name in wheel.namelist():
+                    if name.startswith(("verl/trainer/", "recipe/")) and name.endswith((".yaml", ".py")):
+                        wheel.extract(name, folder)
+        if not (folder / "verl" / "trainer" / "config").is_dir():
             raise RlboxError(f"--verl-version {version}: that wheel has no verl/trainer/config")
-        shutil.rmtree(dest, ignore_errors=True)
-        partial.rename(dest)
+
+    made_once(dest, f"verl=={version}\n", make)
     return VerlTree(dest, f"verl {version} wheel", version=version)
 
 
@@ -101,36 +101,34 @@ def from_image(client, image: str) -> VerlTree:
     dest = CACHE / "verl" / f"image-{img.id.split(':')[-1][:16]}"
     pin = (getattr(img, "labels", None) or {}).get("io.rlbox.component.verl", "")  # git+URL@COMMIT or verl==X
     commit = pin.rpartition("@")[2] if pin.startswith("git+") and "@" in pin else None
-    if (dest / "verl" / "trainer" / "config").is_dir():
-        return VerlTree(dest, f"verl in {image}", commit, image=image)
-    try:  # through the image's own entrypoint: it activates the environment python3 lives in
-        out = client.containers.run(image, ["python3", "-c", _FIND_VERL], remove=True, network_mode="none")
-    except ContainerError as err:
-        raise RlboxError(f"cannot look for verl in {image}: python3 failed ({' '.join(str(err).split())[:160]})") from None
-    except APIError as err:
-        raise RlboxError(f"cannot look for verl in {image}: {err.explanation or err}") from None
-    root = out.decode().strip().splitlines()[-1] if out.strip() else ""
-    if not root:
-        raise RlboxError(f"image {image} has no verl; validate with --verl-version or --verl-config")
-    partial = dest.with_suffix(".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    box = client.containers.create(image, command=["true"], entrypoint=[])
-    try:
-        for sub in ("verl/trainer", "recipe"):
-            try:
-                stream, _ = box.get_archive(f"{root}/{sub}")
-            except NotFound:
-                continue
-            target = partial / Path(sub).parent
-            target.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                _extract(tar, target)
-    finally:
-        box.remove(force=True)
-    if not (partial / "verl" / "trainer" / "config").is_dir():
-        raise RlboxError(f"image {image}: verl at {root} has no trainer/config")
-    shutil.rmtree(dest, ignore_errors=True)
-    partial.rename(dest)
+
+    def make(folder: Path) -> None:
+        try:  # through the image's own entrypoint: it activates the environment python3 lives in
+            out = client.containers.run(image, ["python3", "-c", _FIND_VERL], remove=True, network_mode="none")
+        except ContainerError as err:
+            raise RlboxError(f"cannot look for verl in {image}: python3 failed ({' '.join(str(err).split())[:160]})") from None
+        except APIError as err:
+            raise RlboxError(f"cannot look for verl in {image}: {err.explanation or err}") from None
+        root = out.decode().strip().splitlines()[-1] if out.strip() else ""
+        if not root:
+            raise RlboxError(f"image {image} has no verl; validate with --verl-version or --verl-config")
+        box = client.containers.create(image, command=["true"], entrypoint=[])
+        try:
+            for sub in ("verl/trainer", "recipe"):
+                try:
+                    stream, _ = box.get_archive(f"{root}/{sub}")
+                except NotFound:
+                    continue
+                target = folder / Path(sub).parent
+                target.mkdir(parents=True, exist_ok=True)
+                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                    _extract(tar, target)
+        finally:
+            box.remove(force=True)
+        if not (folder / "verl" / "trainer" / "config").is_dir():
+            raise RlboxError(f"image {image}: verl at {root} has no trainer/config")
+
+    made_once(dest, f"{img.id}\n", make)
     return VerlTree(dest, f"verl in {image}", commit, image=image)
 
 
@@ -284,10 +282,20 @@ def _type_problem(key: str, default, value) -> str | None:
 def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int | None = None, *,
           restarts: int = 0, mounts: tuple[tuple[str, bool], ...] = (), notes: list[str] | None = None,
           own=None) -> list[Problem]:
-    """Every problem with this job's overrides, as one-line Problems (empty: valid). With
-    ``restarts``, also that a restart can resume; ``mounts``: (target, same source on every node)
-    of each writable mount every node has. ``notes`` gets which of verl's start-up checks ran and
-    which could not; ``own(tree, request)`` runs verl's own (default: ``own_checks``)."""
+    """The problems of ``examine`` (empty: nothing found); ``notes`` gets its lines of what ran and what did not."""
+    found = examine(tree, argv, nodes, npus, restarts=restarts, mounts=mounts, own=own)
+    if notes is not None:
+        notes += found.notes()
+    return list(found.problems)
+
+
+def examine(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int | None = None, *,
+            restarts: int = 0, mounts: tuple[tuple[str, bool], ...] = (), own=None) -> Outcome:
+    """Every problem with this job's overrides, as one-line Problems, and what ran: rlbox's own checks,
+    then verl's start-up checks by verl's own code where that verl is (``own(tree, request)``, default
+    ``own_checks``: the image, or the environment of its wheel); a seed commit's restated rules only
+    when its own code cannot run. With ``restarts``, also that a restart can resume; ``mounts``:
+    (target, same source on every node) of each writable mount every node has."""
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -298,11 +306,11 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
     try:
         parsed = _parse_overrides(overrides)
     except HydraException as err:
-        return [Problem(("overrides",), str(err).splitlines()[0])]
+        return Outcome((Problem(("overrides",), str(err).splitlines()[0]),))
     try:
         base = compose(entry, [o for o in overrides if "/" in o.split("=", 1)[0]])  # config groups first
     except (HydraException, OmegaConfBaseException) as err:
-        return [Problem(("config groups",), " ".join(str(err).split())[:300])]
+        return Outcome((Problem(("config groups",), " ".join(str(err).split())[:300]),))
     known = all_keys(base)
     # filter_groups belongs to the DAPO entrypoint where the entry's own config has no such key
     # (796871d, 65eb019); a verl whose trainer config has it (0.9) takes it in main_ppo too
@@ -341,7 +349,8 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
         cfg = compose(entry, good)
     except (HydraException, OmegaConfBaseException) as err:
         problems.append(Problem(("overrides",), " ".join(str(err).split())[:300]))
-        return problems
+        return Outcome(tuple(problems))
+    problems += interpolation_problems(cfg)
 
     def get(key: str):
         try:
@@ -350,25 +359,61 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
             return None
 
     problems += _cluster_rules(get, foreign_filter, nodes, npus)
-    said = [] if notes is None else notes
+    ran = ["rlbox's checks: keys, types, interpolations, the cluster's size and shape"
+           + (", restarts" if restarts else "")]
+    not_run: list[NotRun] = []
+    beyond: list[str] = []
     full = verl_rules.pinned(tree.commit)
-    if full:
-        problems += verl_rules.check(get, full, entry.module)
-        said.append(f"verl {full[:7]}'s start-up checks: rlbox's restatement, held identical to verl's own results "
-                    "at that commit (tests/fixtures/verl_rules)")
-    elif tree.version or tree.image:
+
+    def restated(why: str) -> None:
+        problems.extend(verl_rules.check(get, full, entry.module))
+        ran.append(f"verl {full[:7]}'s start-up checks as rlbox restates them, held identical to verl's own results "
+                   f"at that commit (tests/fixtures/verl_rules){why}")
+
+    if tree.version or tree.image:
         try:
             verdict = (own or own_checks)(tree, verl_own.request(entry, good, nodes, npus, tree.root))
         except RlboxError as err:  # no environment to run them in: said, and the other checks stand
-            said.append(f"verl's start-up checks did not run: {err}")
+            if full:
+                restated(f", because verl's own code could not run: {err}")
+            else:
+                not_run.append(NotRun(f"verl's start-up checks: {err}",
+                                      "validate where that verl can run: --image, or --verl-version with PyPI reachable"))
         else:
             problems += verl_own.problems(verdict)
-            said += verl_own.notes(verdict)
+            ran += verl_own.ran(verdict)
+            not_run += verl_own.not_run(verdict)
+            beyond += verl_own.beyond(verdict)
+    elif full:
+        restated("")
     else:
-        said.append(f"verl's start-up checks did not run: {tree.origin} is a source folder with no environment to "
-                    "run them in (validate with --image or --verl-version for them)")
+        not_run.append(NotRun(f"verl's start-up checks: {tree.origin} is a source folder with no environment to run them in",
+                              "validate with --image or --verl-version"))
     problems += restart_rules(get, restarts, mounts)
-    return problems
+    return Outcome(tuple(problems), tuple(ran), tuple(not_run), tuple(beyond))
+
+
+def interpolation_problems(cfg) -> list[Problem]:
+    """What OmegaConf cannot resolve when verl resolves the whole config at start-up (a loop between
+    keys, a key that does not exist). Custom resolvers and environment variables are verl's and the
+    node's: not judged here."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException, UnsupportedInterpolationType
+
+    try:
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except UnsupportedInterpolationType:
+        return []
+    except InterpolationResolutionError as err:
+        text = " ".join(str(err).split())
+        if "oc.env" in text or "Environment variable" in text:
+            return []
+        key = getattr(err, "full_key", None) or "interpolation"
+        first = text.split(" full_key:")[0]
+        return [Problem((str(key),), f"cannot be resolved, as verl resolves its config at start-up: {first[:240]}")]
+    except OmegaConfBaseException:
+        return []
+    return []
 
 
 def own_checks(tree: VerlTree, req: dict, client=None) -> "verl_own.Verdict":
