@@ -3,6 +3,7 @@ base), then its checks; optionally a named stand-in layer on the result."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from rlbox.image import rehearsal, standins
               help="CA bundle (PEM) for downloads behind a TLS-inspecting proxy [env RLBOX_CA_BUNDLE].")
 @click.option("--report", type=click.Path(path_type=Path), help="Write the facts and verdict as JSON here "
               "(default build/rehearsal/RELEASE-VARIANT.json).")
-@click.option("--standin", "standin", metavar="NAME", help="After a GREEN rehearsal, build the named stand-in (e.g. "
-              "verl-cpu-shims) on the rehearsal image, tagged TAG-NAME and labelled io.rlbox.standin.")
+@click.option("--standin", "standin", metavar="NAME", help="Build the named stand-in (e.g. verl-cpu-shims) on the "
+              "rehearsal image, tagged TAG-NAME and labelled io.rlbox.standin; the recipes' imports are checked in it.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (base, switched-off settings, substitutions, build) and stop.")
 def rehearse_cmd(ref, ca_bundle, report, standin, dry_run):
     """Build REF through its own rendered Dockerfile with the real pinned sources and the real
@@ -45,13 +46,16 @@ def rehearse_cmd(ref, ca_bundle, report, standin, dry_run):
                         "reaches": list(r.reaches)} for r in forms}
     p = rehearsal.plan(m, ref, shipped, ca_bundle=ca_bundle)
     extra = standins.plan(m.get(ref), standin, p.tag) if standin else None
+    if extra is not None:  # the recipes' imports are checked where their jobs run: on the stand-in layer
+        p = dataclasses.replace(p, imports_in=extra.tag)
     click.echo(p.describe())
     if extra is not None:
         click.echo(extra.describe())
     if dry_run:
         return
     result = rehearsal.execute(m, p, ca_bundle=ca_bundle, echo=lambda line: err.print(line, markup=False, emoji=False,
-                                                                                       highlight=False))
+                                                                                       highlight=False),
+                               after_build=(lambda: standins.execute(extra)) if extra is not None else None)
     path = report or m.root / "build" / "rehearsal" / f"{ref.replace(':', '-')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"plan": p.as_dict(), "ok": result.ok, "summary": result.lines, "facts": result.facts},
@@ -63,6 +67,5 @@ def rehearse_cmd(ref, ca_bundle, report, standin, dry_run):
     if not result.ok:
         raise RlboxError(f"rehearsal of {ref} found problems (above; {path})", exit_code=1)
     if extra is not None:
-        standins.execute(extra)
         click.echo(f"built {extra.tag}: {standins.describe_labels({standins.LABEL: extra.name, standins.LABEL_SUMMARY: extra.summary})}")
 

@@ -54,6 +54,8 @@ class RehearsalPlan:
     expected_versions: dict[str, str]  # distribution -> version its release reports
     build: build.BuildPlan = field(repr=False)
     standin: Standin | None = None
+    also_import: tuple[str, ...] = ()  # imported beside each entry (vllm_ascend where the variant installs it)
+    imports_in: str = ""  # the image the import checks run in (a stand-in layer on the rehearsal); "" = tag
 
     def describe(self) -> str:
         lines = [f"rehearsal of {self.ref} -> {self.tag}",
@@ -62,6 +64,7 @@ class RehearsalPlan:
         lines += [f"  substitution: {s}" for s in self.substitutions]
         lines += [f"  source cache: fetch {m}" for m in self.missing] or ["  source cache: complete"]
         lines += [f"  check: {recipe} imports from {module}" + (f" + {', '.join(extra)}" if extra else "")
+                  + (f" (in {self.imports_in})" if self.imports_in else "")
                   for recipe, module, extra in self.entries]
         lines.append(f"  build: {self.build.command()}")
         return "\n".join(lines)
@@ -160,8 +163,9 @@ def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | Non
     plan_ = build.plan(v, base_image=base, tags=(tag,), ca_bundle=ca_bundle, offline=True, require_sources=False,
                        rehearsal=() if no_cann else tuple(build.REHEARSAL_SETTINGS), revision=build.source_revision(m.root))
     settings = {**({} if no_cann else build.REHEARSAL_SETTINGS), **CHECK_SETTINGS}
+    also = tuple(name for name in ("vllm_ascend",) if any(c.name == name for c in v.components))
     return RehearsalPlan(ref, v.base_image, base, tag, settings, tuple(subs), missing,
-                         tuple(entries), expected, plan_, sb)
+                         tuple(entries), expected, plan_, sb, also)
 
 
 def runtime_modules(recipe: dict) -> tuple[str, ...]:
@@ -330,7 +334,7 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
             argv += ["--first-party", name]
         for name in extra:
             argv += ["--runtime", name]
-        code, out = run_in(p.tag, [*argv, module, "vllm_ascend"], mounts={str(SCRIPT.parent): "/opt/rlbox/check"},
+        code, out = run_in(p.imports_in or p.tag, [*argv, module, *p.also_import], mounts={str(SCRIPT.parent): "/opt/rlbox/check"},
                            env={"VLLM_PLUGINS": ""}, timeout=wait)
         # the report is the JSON object printed last, from a line of its own: warnings before it may hold braces
         found = re.search(r"^\{\s*$", out, re.M)
@@ -342,7 +346,8 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
     return facts
 
 
-def execute(m: Matrix, p: RehearsalPlan, *, ca_bundle: Path | None = None, echo=None) -> Report:
+def execute(m: Matrix, p: RehearsalPlan, *, ca_bundle: Path | None = None, echo=None, after_build=None) -> Report:
+    """Build, then ``after_build()`` (e.g. a stand-in layer the import checks run in), then check."""
     echo = echo or print
     v = m.get(p.ref)
     build.require_platform(p.build.platform)  # the stand-in is made under the same emulation as the build
@@ -355,7 +360,9 @@ def execute(m: Matrix, p: RehearsalPlan, *, ca_bundle: Path | None = None, echo=
     log: list[str] = []
     build.execute(p.build, echo=lambda line: (log.append(line), echo(line)))
     took = time.monotonic() - started
-    echo(f"checking {p.tag}")
+    if after_build is not None:
+        after_build()
+    echo(f"checking {p.tag}" + (f" (imports in {p.imports_in})" if p.imports_in else ""))
     started = time.monotonic()
     facts = check(p)
     facts["timing"] = {"build_s": round(took, 1), "checks_s": round(time.monotonic() - started, 1),
