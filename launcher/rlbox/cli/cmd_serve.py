@@ -33,6 +33,12 @@ def _served_name(ctx, param, value):
 @click.option("--served-model-name", default="auto", show_default=True, callback=_served_name, help="Model name the server answers to (seed 000: auto).")
 @click.option("--image", envvar="RLBOX_IMAGE", help="Image with vLLM + vllm-ascend: RELEASE:VARIANT or a reference (default for --sim: rlbox_sim).")
 @click.option("--hosts", help="The host to serve on (one; default: this machine).")
+@click.option("--cluster", type=click.Path(path_type=Path, dir_okay=False), help="Serve on a host of this cluster file "
+              "(its ssh settings): the --node'th, the head by default.")
+@click.option("--node", type=IntRange(0, 4095), default=0, show_default=True, help="With --cluster: which node (0 = the head).")
+@click.option("--gpu-memory-utilization", "memory_fraction", type=click.FloatRange(0, 1, min_open=True), default=0.9,
+              show_default=True, help="--gpu-memory-utilization (seed 000: 0.9; on vLLM's CPU build the fraction of the "
+              "host's memory the server reserves).")
 @click.option("--sim", is_flag=True, help="A simulated node on the local engine running rlbox's stub OpenAI server instead of vLLM.")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax"]), default="a3", show_default=True, help="Simulated hardware (--sim).")
 @click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Extra mount (MODEL itself is mounted read-only).")
@@ -42,21 +48,23 @@ def _served_name(ctx, param, value):
 @click.option("--stop", is_flag=True, help="Stop the server of this --name instead (removes its container).")
 @RUNS_DIR
 @click.option("--dry-run", is_flag=True, help="Print the docker run and the server command; start nothing.")
-def serve_cmd(model, tp, dp, max_model_len, port, served_model_name, image, hosts, sim, hardware, mounts, envs, name,
-              timeout, stop, runs_dir, dry_run):
+def serve_cmd(model, tp, dp, max_model_len, port, served_model_name, image, hosts, cluster, node, memory_fraction, sim,
+              hardware, mounts, envs, name, timeout, stop, runs_dir, dry_run):
     """Serve MODEL (a Hugging Face folder, e.g. from `rlbox merge`) with vLLM's OpenAI server on
     the NPUs, wait until it answers, print the endpoint. `rlbox serve --stop` ends it.
 
     \b
     rlbox serve /data/qwen3-32b-after-rl --image verl_pt27_25rc3:a3-arm --tp 8
+    rlbox serve /data/qwen3-32b-after-rl --cluster cluster.yaml --image IMAGE   # on the cluster's head
     rlbox serve /data/qwen3-32b-after-rl --sim          # stub server on a simulated node
-    rlbox serve --stop
+    rlbox serve --stop                                  # its log is kept: RUNS_DIR/serve/NAME.log
     """
     if stop:
-        removed, host = serve_mod.stop_named(runs_dir, name)
-        click.echo(f"server {name}: removed {removed} container(s) on {host}")
+        removed, host, log = serve_mod.stop_named(runs_dir, name)
+        click.echo(f"server {name}: removed {removed} container(s) on {host}" + (f"; its log: {log}" if log else ""))
         return
-    p = serve_mod.plan_request(matrix, model=model, hosts=hosts, sim=sim, image=image, image_ref=image_ref,
+    p = serve_mod.plan_request(matrix, model=model, hosts=hosts, cluster=cluster, node=node,
+                               memory_fraction=memory_fraction, sim=sim, image=image, image_ref=image_ref,
                                hardware=hardware, tp=tp, dp=dp, max_model_len=max_model_len, port=port,
                                served_model_name=served_model_name, name=name, runs_dir=runs_dir, mounts=list(mounts),
                                envs=list(envs), dry_run=dry_run)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlbox.cluster import launch
 from rlbox.cluster.hosts import connect, count_devices
 from rlbox.cluster.sim import write_stand_ins
-from rlbox.cluster.spec import Host, HostName, Mount, SshUser, from_hosts
+from rlbox.cluster.spec import Host, HostName, Mount, SshUser, from_file, from_hosts
 from rlbox.core import engine, names
 from rlbox.core.config import Int32, Url, load_file, parse_env
 from rlbox.core.errors import RlboxError
@@ -51,12 +51,14 @@ DEFAULTS = {
 }
 
 
-def vllm_args(model: str, *, tp: int, dp: int, max_model_len: int, port: int, served_model_name: str) -> list[str]:
+def vllm_args(model: str, *, tp: int, dp: int, max_model_len: int, port: int, served_model_name: str,
+              memory_fraction: float | None = None) -> list[str]:
     """The server's arguments, as seed 000 passes them (max-num-batched-tokens = max-model-len)."""
+    fraction = DEFAULTS["gpu_memory_utilization"] if memory_fraction is None else f"{memory_fraction:g}"
     return [
         f"--model={model}",
         "--served-model-name", served_model_name,
-        "--gpu-memory-utilization", DEFAULTS["gpu_memory_utilization"],
+        "--gpu-memory-utilization", fraction,
         "--max-num-seqs", str(DEFAULTS["max_num_seqs"]),
         "--max-model-len", str(max_model_len),
         "--max-num-batched-tokens", str(max_model_len),
@@ -119,7 +121,7 @@ class ServePlan:
 
 def plan(*, name: str, model: str, host: Host, image: str, sim: bool, tp: int, dp: int, max_model_len: int, port: int,
          served_model_name: str, npus_available: int, hardware: str, runs_dir: Path, mounts: list[Mount],
-         env: dict[str, str], nofile: int = NOFILE) -> ServePlan:
+         env: dict[str, str], nofile: int = NOFILE, memory_fraction: float | None = None) -> ServePlan:
     if tp < 1 or dp < 1:
         raise RlboxError("--tp and --dp must be 1 or more")
     if not 0 < port < 65536:
@@ -131,7 +133,8 @@ def plan(*, name: str, model: str, host: Host, image: str, sim: bool, tp: int, d
         raise RlboxError(f"--tp {tp} x --dp {dp} needs {npus} NPUs; {host.name} has {npus_available}")
     if not model.startswith("/"):
         raise RlboxError(f"MODEL {model}: give the absolute path of a Hugging Face model folder on {host.name}")
-    argv = vllm_args(model, tp=tp, dp=dp, max_model_len=max_model_len, port=port, served_model_name=served_model_name)
+    argv = vllm_args(model, tp=tp, dp=dp, max_model_len=max_model_len, port=port, served_model_name=served_model_name,
+                     memory_fraction=memory_fraction)
     sim_files = None
     devices = [(f"/dev/davinci{i}", f"/dev/davinci{i}") for i in range(npus)] + [(d, d) for d in CONTROL_DEVICES]
     driver = [Mount(DRIVER_DIR, DRIVER_DIR, True), Mount(DCMI_DIR, DCMI_DIR, True), Mount(NPU_SMI, NPU_SMI, True),
@@ -214,6 +217,7 @@ def start(p: ServePlan, node, *, timeout: float, echo: Callable[[str], None], st
             raise RlboxError(f"interrupted; {p.container.name} removed", exit_code=130) from None
         finally:
             if box is not None and not done:
+                keep_log(box, state_path.with_suffix(".log"))
                 engine.remove_quietly(box)
 
 
@@ -225,11 +229,30 @@ def _last_line(box) -> str:
     return f"last log line: {lines[-1].strip()}" if lines else "no output"
 
 
-def stop(client, name: str) -> int:
+def keep_log(box, path: Path | None) -> Path | None:
+    """The server container's whole log (vLLM's own lines) written to ``path`` before it goes."""
+    if path is None:
+        return None
+    try:
+        text = box.logs(stdout=True, stderr=True).decode(errors="replace")
+    except Exception:  # noqa: BLE001 - a container already gone has no log to keep
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def stop(client, name: str, log: Path | None = None) -> int:
     boxes = client.containers.list(all=True, filters={"label": f"{LABEL_SERVE}={name}"})
     for box in boxes:
+        keep_log(box, log)
         engine.remove_quietly(box)
     return len(boxes)
+
+
+def log_path(runs_dir: Path, name: str) -> Path:
+    """Where a server's log is kept when it stops (or fails to start): RUNS_DIR/serve/NAME.log."""
+    return names.inside(runs_dir / "serve", f"{names.check(name, '--name')}.log", what="--name")
 
 
 def host_of(state: dict) -> Host:
@@ -273,34 +296,42 @@ def load_record(path: Path, *fields: str) -> dict:
     return data
 
 
-def stop_named(runs_dir: Path, name: str) -> tuple[int, str]:
-    """`rlbox serve --stop`: remove server NAME's container(s) on its host and its record;
-    the number removed and the host."""
+def stop_named(runs_dir: Path, name: str) -> tuple[int, str, Path | None]:
+    """`rlbox serve --stop`: keep server NAME's log (RUNS_DIR/serve/NAME.log), remove its container(s)
+    on its host and its record; the number removed, the host and the log's path."""
     path = state_path(runs_dir, name)
     if not path.is_file():
         raise RlboxError(f"no server named '{name}' under {runs_dir} (rlbox serve MODEL --name {name} starts one)")
     state = load_record(path, "host")
     node = connect(host_of(state))
+    log = log_path(runs_dir, name)
     try:
-        removed = stop(node.client, name)
+        removed = stop(node.client, name, log)
     finally:
         node.close()
     path.unlink()
-    return removed, state["host"]
+    return removed, state["host"], (log if log.is_file() else None)
 
 
 def plan_request(load_matrix, *, model: str | None, hosts: str | None, sim: bool, image: str | None, image_ref,
                  hardware: str, tp: int, dp: int, max_model_len: int, port: int, served_model_name: str, name: str,
-                 runs_dir: Path, mounts: list[str], envs: list[str], dry_run: bool) -> ServePlan:
+                 runs_dir: Path, mounts: list[str], envs: list[str], dry_run: bool, cluster: Path | None = None,
+                 node: int = 0, memory_fraction: float | None = None) -> ServePlan:
     """`rlbox serve MODEL` options to a plan: the one host (this machine unless --hosts), the
     image (RELEASE:VARIANT through ``image_ref``; the sim image for --sim), the NPUs it has.
     ``load_matrix`` reads images/ only once the options are known to be consistent."""
     if not model:
         raise RlboxError("serve: give MODEL (a Hugging Face model folder), or --stop")
-    if hosts and sim:
-        raise RlboxError("give --hosts or --sim, not both")
+    if sum(bool(x) for x in (hosts, sim, cluster)) > 1:
+        raise RlboxError("give one of --hosts, --cluster or --sim")
     local = Host(name="localhost", transport="local")
-    host_list = from_hosts(hosts).hosts if hosts else (local,)
+    if cluster is not None:
+        every = from_file(cluster).hosts
+        if node >= len(every):
+            raise RlboxError(f"--node {node}: {cluster} has {len(every)} node(s) (0..{len(every) - 1})")
+        host_list = (every[node],)
+    else:
+        host_list = from_hosts(hosts).hosts if hosts else (local,)
     if len(host_list) != 1:
         raise RlboxError(f"--hosts {hosts}: serve runs on one host")
     host = host_list[0]
@@ -317,7 +348,7 @@ def plan_request(load_matrix, *, model: str | None, hosts: str | None, sim: bool
                 host=host, image=image_name, sim=sim, tp=tp, dp=dp, max_model_len=max_model_len, port=port,
                 served_model_name=served_model_name, npus_available=npus, hardware=hardware, runs_dir=runs_dir,
                 mounts=[Mount.parse(x) for x in mounts], env=parse_env(envs),
-                nofile=launch.nofile_for(host if not sim else local, None))
+                nofile=launch.nofile_for(host if not sim else local, None), memory_fraction=memory_fraction)
 
 
 def serve(p: ServePlan, *, timeout: float, echo: Callable[[str], None], runs_dir: Path, hardware: str) -> str:
