@@ -213,7 +213,7 @@ def judge(net: NpuNet | None, devices: tuple[int, ...], multi_host: bool) -> lis
         if net.ping_error:
             out.append(("npu ping", False, f"could not ping: {net.ping_error}", "run `hccn_tool -i 0 -ping -g address PEER` on the host"))
         elif net.pings is None or not net.pings:
-            out.append(("npu ping", True, "not pinged: the next host's NPUs gave no address (its own checks say why)"))
+            out.append(("npu ping", True, "not pinged: the next host's NPUs gave no address (its own checks say why)", ""))
         else:
             bad = [p for p in net.pings if not p.ok]
             out.append(("npu ping", not bad,
