@@ -50,7 +50,7 @@ def test_doctor_names_a_down_npu_link_and_an_unreachable_peer_npu(bed, tmp_path)
         bed.ssh(2, "rm", "-f", FAULTS)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     import json
-    bad = {(c["node"], c["name"]): c for c in json.loads(proc.stdout) if not c["ok"]}
+    bad = {(c["node"], c["name"]): c for c in json.loads(proc.stdout)["checks"] if not c["ok"]}
     h2 = f"node1 ({bed.address(2)})"
     assert set(bad) == {(h2, "npu link"), (h2, "npu ping")}, bad
     assert bad[(h2, "npu link")]["detail"] == "device 3 DOWN" and "hccn_tool -i 3 -link -g" in bad[(h2, "npu link")]["fix"]
