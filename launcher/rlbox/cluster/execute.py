@@ -16,6 +16,7 @@ import requests
 
 from rlbox.cluster import driver
 from rlbox.cluster import jobs
+from rlbox.cluster import probe
 from rlbox.cluster import ray
 from rlbox.cluster import sharing
 from rlbox.cluster import sim
@@ -350,6 +351,7 @@ def execute(
                             cleanup = not keep
                             return Outcome(0, "READY", ready, None)
                         client = jobs.JobsClient(cluster.dashboard)
+                        probe.check(client, plan, job, attempt, echo)  # every node's NPUs as the job will see them
                         submission = client.submit(job)
                         echo(f"job {submission} submitted; log: {log_path}")
                         run.advance(Phase.RUNNING, submission_id=submission)

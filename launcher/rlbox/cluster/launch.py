@@ -26,7 +26,7 @@ from rlbox.core.config import parse_env, parse_pairs
 from rlbox.core.errors import RlboxError
 from rlbox.core.paths import find_root
 from rlbox.registry.reference import Reference
-from rlbox.cluster.plan import NOFILE, SIM_DRIVER, JobPlan, Profile, RunPlan, SimNetwork, plan_run
+from rlbox.cluster.plan import NOFILE, SIM_DRIVER, JobPlan, NpuPolicy, Profile, RunPlan, SimNetwork, plan_run
 
 
 
@@ -139,7 +139,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
                     sim_files=sim_files, network=network, privileged=req.privileged, job=job,
                     extra_env=env, cpus=req.cpus, nofile={h.name: nofile_for(h, req.nofile if req.nofile is not None else spec.nofile) for h in spec.hosts},
                     sim_driver=sim_driver, driver_min=driver_min or (sim_driver if req.sim else None),
-                    driver_max=_driver_for(m, image, "max"))
+                    driver_max=_driver_for(m, image, "max"), npu_policy=npu_policy_for(m, from_matrix))
     plan = replace(plan, max_restarts=restarts)
     if req.sim and hardware not in sim.CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
@@ -249,6 +249,15 @@ def nofile_for(host: cluster.Host, asked: int | None) -> int:
         if hard != resource.RLIM_INFINITY:
             return min(NOFILE, hard)
     return NOFILE
+
+
+def npu_policy_for(m: matrix.Matrix, ref: str | None) -> NpuPolicy | None:
+    """The NPU env policy of the release an image (RELEASE:VARIANT) comes from (images/*.yaml)."""
+    variant = m.image_for(ref)[1] if ref else None
+    policy = variant.release.ray_npu_env if variant else None
+    if policy is None:
+        return None
+    return NpuPolicy(policy.noset_visible_devices, " ".join(policy.follows.split()), variant.release.release)
 
 
 def _driver_for(m: matrix.Matrix, image: str, bound: str = "min") -> str | None:

@@ -184,6 +184,31 @@ def ray_start(role: str, head: str, ports: RayPorts, npus: int, cpus: int | None
     return argv
 
 
+# What Ray reads to leave ASCEND_RT_VISIBLE_DEVICES alone (ray/_private/accelerators/npu.py).
+NOSET_VISIBLE = "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"
+VISIBLE = "ASCEND_RT_VISIBLE_DEVICES"
+
+
+@dataclass(frozen=True)
+class NpuPolicy:
+    """The release's NPU env policy (images/*.yaml ``ray_npu_env``): whether Ray is told to leave
+    ASCEND_RT_VISIBLE_DEVICES alone, and the line of the docs it follows."""
+
+    noset: bool
+    follows: str
+    release: str
+
+    def env(self, npus: int) -> dict[str, str]:
+        """What a node with ``npus`` NPUs gets: under noset, the node's NPUs as the container
+        numbers them (0..npus-1: it holds only its own /dev/davinci*), ascending, as CANN wants."""
+        return {NOSET_VISIBLE: "1", VISIBLE: ",".join(map(str, range(npus)))} if self.noset else {}
+
+    def words(self) -> str:
+        how = (f"{NOSET_VISIBLE}=1, {VISIBLE} set on every node" if self.noset
+               else f"{NOSET_VISIBLE} unset, Ray sets each worker's {VISIBLE}")
+        return f"{self.release}: {how} (follows {self.follows})"
+
+
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ContainerSpec:
@@ -324,6 +349,7 @@ class RunPlan:
     device_counts: tuple[int, ...] = ()  # NPU counts hosts of this hardware come with
     hccl: tuple[tuple[str, str], ...] = ()  # the run's HCCL port variables
     image_ref: str | None = None  # RELEASE:VARIANT the image comes from, when from the matrix
+    npu_policy: NpuPolicy | None = None  # the release's NPU env policy (None: an image from no release)
 
     def missing_image_hint(self) -> str:
         """The command that makes this run's image present."""
@@ -461,6 +487,7 @@ def node_container(
     nofile: int = NOFILE,
     npu_ids: tuple[int, ...] = (),
     hccl: dict[str, str] | None = None,
+    npu_policy: NpuPolicy | None = None,
 ) -> tuple[ContainerSpec, list[str]]:
     """The container one node runs. ``sim_files`` (a host folder of stand-ins) marks a simulation.
     ``npu_ids``: which NPUs of the host (default 0..npus-1)."""
@@ -494,6 +521,9 @@ def node_container(
         env["RLBOX_START_DELAY"] = f"{start_delay(index):.2f}"
     if host.nic:
         env["RLBOX_NIC"] = host.nic
+    if npu_policy is not None:
+        env.update(npu_policy.env(len(npu_ids)))
+    env.update(dict(host.env))
     env.update(dict(extra_env))
     ray = ray_start(role, head, ports, npus, cpus)
     name = node_name(run, index)
@@ -544,6 +574,7 @@ def plan_run(
     sim_driver: str = SIM_DRIVER,
     driver_min: str | None = None,
     driver_max: str | None = None,
+    npu_policy: NpuPolicy | None = None,
 ) -> RunPlan:
     """Plan every node. ``devices`` maps host name -> NPU count (detected or from the profile)
     or the NPU ids to use; ``nofile`` host name -> open-files limit (default 65536)."""
@@ -581,7 +612,7 @@ def plan_run(
             run=run, run_id=run_id, index=index, role=role, host=host, image=image, npus=len(ids),
             head=head, ports=ports, mounts=spec.mounts, sim_files=sim_files, network=network,
             privileged=privileged, extra_env=extra_env, cpus=cpus,
-            nofile=(nofile or {}).get(host.name, NOFILE), npu_ids=ids, hccl=hccl,
+            nofile=(nofile or {}).get(host.name, NOFILE), npu_ids=ids, hccl=hccl, npu_policy=npu_policy,
         )
         targets = [m.target for m in container.mounts]
         dup = next((t for t in targets if targets.count(t) > 1), None)
@@ -593,4 +624,4 @@ def plan_run(
         notes.append("nodes differ in NPU count; verl's trainer.n_gpus_per_node assumes equal nodes")
     return RunPlan(run, run_id, image, profile.name, network is not None, head, ports, tuple(nodes),
                    network, job, sim_files, sim_driver, tuple(notes), driver_min, driver_max,
-                   profile.device_counts or (profile.npus_per_node,), tuple(hccl.items()))
+                   profile.device_counts or (profile.npus_per_node,), tuple(hccl.items()), npu_policy=npu_policy)

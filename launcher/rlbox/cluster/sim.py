@@ -66,9 +66,11 @@ def npu_smi_table(hardware: str, devices: int, driver: str, chip_name: str | Non
     return "\n".join(lines) + "\n"
 
 
-def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str, chip: str | None = None) -> Path:
-    """Write the host-side files a simulated host has: driver files, npu-smi, and a ``dev/``
-    listing of its device nodes (what `rlbox doctor` reads instead of the host's /dev)."""
+def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str, chip: str | None = None,
+                    host_index: int = 1) -> Path:
+    """Write the host-side files a simulated host has: driver files, npu-smi, hccn_tool (in the
+    driver's ``tools/``, with the host's ``hccn.conf``: NPU i at 192.168.(100+i).HOST_INDEX/24),
+    and a ``dev/`` listing of its device nodes (what `rlbox doctor` reads instead of the host's /dev)."""
     if hardware not in CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,7 +106,54 @@ def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str, chip
         "esac\n"
     )
     script.chmod(0o755)
+    (folder / "driver" / "tools").mkdir(exist_ok=True)
+    hccn = folder / "driver" / "tools" / "hccn_tool"
+    hccn.write_text(HCCN_TOOL)
+    hccn.chmod(0o755)
+    (folder / "hccn.conf").write_text("".join(
+        f"address_{i}={npu_address(i, host_index)}\nnetmask_{i}=255.255.255.0\n" for i in range(devices)))
     return folder
+
+
+def npu_address(device: int, host_index: int) -> str:
+    """The RoCE address a simulated host's NPU ``device`` has (its hccn.conf): one /24 per device
+    index, the host's number as the last byte, as real clusters number them."""
+    return f"192.168.{100 + device}.{host_index % 254 or 254}"
+
+
+# A stand-in for the driver's hccn_tool (`hccn_tool -i N -link|-ip|-net_health -g`, `-ping -g
+# address A`), printing what the real tool prints. Addresses come from the host's hccn.conf
+# (/etc/hccn.conf, or hccn.conf two folders up for a --sim host's stand-in folder). It can be told
+# to fail: lines of /etc/rlbox-hccn-standin.faults (or hccn-standin.faults beside hccn.conf):
+#   link N DOWN | health N STATUS | noip N | unreachable ADDRESS
+HCCN_TOOL = r"""#!/bin/sh
+# rlbox stand-in for hccn_tool (the NPU RoCE port tool); see rlbox.cluster.sim.HCCN_TOOL
+d=$(cd "$(dirname "$0")" && pwd)
+conf=/etc/hccn.conf faults=/etc/rlbox-hccn-standin.faults
+if [ -f "$d/../../hccn.conf" ]; then conf=$d/../../hccn.conf faults=$d/../../hccn-standin.faults; fi
+fault() { [ -f "$faults" ] && grep -qx "$1" "$faults"; }
+[ "${1:-}" = -i ] || { echo "hccn_tool (rlbox stand-in): use -i N -link|-ip|-net_health -g, -ping -g address A" >&2; exit 1; }
+i=$2 what=${3:-}
+addr=$(sed -n "s/^address_$i=//p" "$conf" 2>/dev/null | head -n 1)
+mask=$(sed -n "s/^netmask_$i=//p" "$conf" 2>/dev/null | head -n 1)
+fault "noip $i" && addr= mask=
+case $what in
+  -link) if fault "link $i DOWN"; then echo "link status: DOWN"; else echo "link status: UP"; fi ;;
+  -ip) [ -n "$addr" ] || { echo "Get ip failed, ret:-2" >&2; exit 1; }
+       echo "ipaddr:$addr"; echo "netmask:$mask" ;;
+  -net_health) s=$(sed -n "s/^health $i //p" "$faults" 2>/dev/null | head -n 1)
+       echo "net health status: ${s:-Success}" ;;
+  -ping) peer=${6:-}
+       if fault "link $i DOWN" || fault "unreachable $peer" || [ -z "$addr" ]; then
+         for n in 0 1 2; do echo "recv time out seq=$n"; done
+         echo "3 packets transmitted, 0 received, 100.00% packet loss"
+       else
+         for n in 0 1 2; do echo "64 bytes from $peer: icmp_seq=$n ttl=64 time=0.1 ms"; done
+         echo "3 packets transmitted, 3 received, 0.00% packet loss"
+       fi ;;
+  *) echo "hccn_tool (rlbox stand-in): $what not simulated" >&2; exit 1 ;;
+esac
+"""
 
 
 def write_hosts(plan) -> None:
@@ -114,7 +163,7 @@ def write_hosts(plan) -> None:
         devices = h.devices if h.devices is not None else max(max(plan.device_counts or (node.npus,)),
                                                              max(node.npu_ids or (node.npus - 1,)) + 1)
         write_stand_ins(Path(plan.sim_files) / node.host.name, plan.hardware, devices,
-                        h.driver or plan.sim_driver, h.chip)
+                        h.driver or plan.sim_driver, h.chip, host_index=node.index + 1)
 
 
 def network_for(run: str) -> SimNetwork:

@@ -93,6 +93,7 @@ class Host:
     mounts: tuple[Mount, ...] = ()
     transport: str = "auto"  # local | ssh | auto (local for localhost/this host without ssh settings)
     sim: SimHost = SimHost()
+    env: tuple[tuple[str, str], ...] = ()  # this host's own container environment (after the release's policy)
 
     @classmethod
     def from_record(cls, record: dict, name_key: str = "host") -> "Host":
@@ -169,6 +170,20 @@ class _HostEntry(BaseModel):
     nic: str | None = None
     ssh: _Ssh = _Ssh()
     mounts: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        from rlbox.core.config import env_name_problem
+
+        for key, value in v.items():
+            problem = env_name_problem(key)
+            if problem:
+                raise ValueError(problem)
+            if control_char(value) is not None:
+                raise ValueError(f"{key}: a control character in its value; an environment value is one line")
+        return v
 
     @field_validator("host")
     @classmethod
@@ -283,6 +298,7 @@ def _from_yaml(path: Path, data: dict[str, Any]) -> ClusterSpec:
                 address=entry.address,
                 mounts=tuple(Mount.parse(m, f"{path}: hosts.{i}.mounts") for m in entry.mounts),
                 sim=SimHost(**entry.sim.model_dump()),
+                env=tuple(entry.env.items()),
             )
         )
     return _checked(ClusterSpec(tuple(hosts), image=doc.image, hardware=doc.hardware, mounts=mounts, source=str(path),

@@ -171,6 +171,18 @@ class Driver(Strict):
     max: str | None = Field(None, description="newest driver known to work, when Ascend's table gives one")
 
 
+class RayNpuEnv(Strict):
+    """How Ray hands a node's NPUs to verl's workers on this release: the env policy every node's
+    container gets and the NPU probe (`rlbox run`, before every job) holds each node to."""
+
+    noset_visible_devices: bool = Field(
+        description="true: RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 and ASCEND_RT_VISIBLE_DEVICES the "
+        "node's NPUs in ascending order on every node (Ray leaves it alone); false: neither is set, Ray sets each "
+        "worker's ASCEND_RT_VISIBLE_DEVICES to the NPUs it gave it")
+    follows: str = Field(min_length=10, max_length=400,
+                         description="the line of verl's / vllm-ascend's docs for this release the policy follows")
+
+
 class ImageName(Strict):
     registry: reference.ImageName = Field(description="HOST[/PATH] the images are pushed under")
     name: reference.ImageName
@@ -313,6 +325,8 @@ class Release(Strict):
     system_packages: dict[Literal["apt", "dnf"], list[str]] = Field(default_factory=dict)
     user: User
     env: dict[str, str] = Field(default_factory=dict)
+    ray_npu_env: RayNpuEnv | None = Field(
+        None, description="the NPU env policy of a run on this release (checked by the NPU probe before every job)")
     python_packages: list[str] = Field(
         default_factory=list, description="more PyPI requirements the image installs (locked like the rest)"
     )

@@ -75,6 +75,7 @@ cp -a "$dir/stand-ins/driver" /usr/local/Ascend/driver
 cp -a "$dir/stand-ins/dcmi" /usr/local/dcmi
 cp "$dir/stand-ins/npu-smi" /usr/local/bin/npu-smi
 cp "$dir/stand-ins/ascend_install.info" /etc/ascend_install.info
+cp "$dir/stand-ins/hccn.conf" /etc/hccn.conf
 ip link set lo up
 touch "$dir/ready"
 trap 'exit 0' TERM INT
@@ -89,6 +90,7 @@ for n in $(ls "$dir/stand-ins/dev"); do [ -e "/dev/$n" ] || mknod -m 0666 "/dev/
 rm -rf /usr/local/Ascend/driver
 cp -a "$dir/stand-ins/driver" /usr/local/Ascend/driver
 cp "$dir/stand-ins/npu-smi" /usr/local/bin/npu-smi
+cp "$dir/stand-ins/hccn.conf" /etc/hccn.conf
 """
 
 
@@ -363,4 +365,5 @@ def plan_testbed(*, hosts: int, hardware: str, name: str = DEFAULT_NAME, subnet:
 
 def stand_ins(plan: TestbedPlan, host: HostPlan) -> Path:
     """Write a host's NPU stand-ins (driver tree, npu-smi, the device list) with the simulation's writers."""
-    return sim.write_stand_ins(Path(host.dir) / "stand-ins", plan.hardware, host.devices, host.driver)
+    return sim.write_stand_ins(Path(host.dir) / "stand-ins", plan.hardware, host.devices, host.driver,
+                               host_index=host.index)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from rlbox.cluster.hosts import Node, connect, on_every
 from rlbox.cluster.plan import NodePlan, RunPlan
-from rlbox.cluster.preflight.facts import NodeFacts, gather
+from rlbox.cluster.preflight import npunet
+from rlbox.cluster.preflight.facts import HostView, NodeFacts, gather, ping_peers
 from rlbox.core import npu
 from rlbox.core.errors import RlboxError
 
@@ -145,15 +146,24 @@ def judge(facts: NodeFacts, node_plan: NodePlan, plan: RunPlan, replace: bool) -
     missing = facts.missing_mounts
     add("paths", not missing, "missing: " + ", ".join(missing) if missing else
         f"{len(node_plan.container.mounts) - 4} mount source(s) present", "copy the model/data there, or fix --mount")
+
+    # The NPUs' own network (RoCE ports, hccn_tool): what HCCL between hosts runs over
+    for name, ok, detail, fix in npunet.judge(facts.npu_net, node_plan.npu_ids or tuple(range(node_plan.npus)),
+                                              len(plan.nodes) > 1):
+        add(name, ok, detail, fix)
     return out
 
 
 def run_checks(plan: RunPlan, nodes: list[Node] | None = None, replace: bool = False) -> tuple[list[Check], float]:
-    """Every check on every node, in parallel. ``nodes`` reuses open connections."""
-    start = time.perf_counter()
-    opened = []
+    """Every check on every node, in parallel. ``nodes`` reuses open connections. Two rounds:
+    every node's facts, then (several nodes) each node's NPUs ping the next node's NPU addresses."""
+    from dataclasses import replace as changed
 
-    def one(index: int) -> list[Check]:
+    start = time.perf_counter()
+    opened: list[Node] = []
+    views: dict[int, HostView] = {}
+
+    def one(index: int) -> NodeFacts:
         node_plan = plan.nodes[index]
         node = nodes[index] if nodes else None
         if node is None:
@@ -161,16 +171,33 @@ def run_checks(plan: RunPlan, nodes: list[Node] | None = None, replace: bool = F
                 node = connect(node_plan.host)
                 opened.append(node)
             except RlboxError as err:
-                return judge(NodeFacts(engine_error=str(err)), node_plan, plan, replace)
+                return NodeFacts(engine_error=str(err))
         stand_ins = Path(plan.sim_files) / node_plan.host.name if plan.sim_files else None
-        return judge(gather(node_plan, node, stand_ins, plan, replace), node_plan, plan, replace)
+        views[index] = HostView(node_plan, node, stand_ins)
+        return gather(node_plan, node, stand_ins, plan, replace)
 
-    results, errors = on_every(one, list(range(len(plan.nodes))))
-    for node in opened:
-        node.close()
-    if errors:
-        raise errors[0]
-    return [c for checks in results for c in checks], time.perf_counter() - start
+    def ping(index: int) -> NodeFacts:
+        facts = found[index]
+        if index not in views or facts.npu_net is None:
+            return facts
+        peer_index = (index + 1) % len(plan.nodes)
+        own = plan.nodes[index].npu_ids or tuple(range(plan.nodes[index].npus))
+        pairs = npunet.ping_plan(own, plan.nodes[peer_index].label, found[peer_index].npu_net)
+        return changed(facts, npu_net=ping_peers(views[index], facts.npu_net, pairs))
+
+    try:
+        found, errors = on_every(one, list(range(len(plan.nodes))))
+        if errors:
+            raise errors[0]
+        if len(plan.nodes) > 1:
+            found, errors = on_every(ping, list(range(len(plan.nodes))))
+            if errors:
+                raise errors[0]
+    finally:
+        for node in opened:
+            node.close()
+    checks = [c for i, facts in enumerate(found) for c in judge(facts, plan.nodes[i], plan, replace)]
+    return checks, time.perf_counter() - start
 
 
 def as_json(checks: list[Check]) -> list[dict]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rlbox.cluster.hosts import Node, ssh_argv
 from rlbox.cluster.plan import LABEL_HOST, LABEL_RUN, NodePlan, RunPlan
+from rlbox.cluster.preflight import npunet
 from rlbox.core import npu
 
 # Mount targets that are the host's driver files, not the run's model/data/checkpoints.
@@ -49,6 +50,7 @@ class NodeFacts:
     image: str = "absent"  # present | pullable | absent
     image_size: int = 0  # bytes, when present
     missing_mounts: tuple[str, ...] = ()  # mount sources (not the driver's) that do not exist on the host
+    npu_net: npunet.NpuNet | None = None  # the NPUs' RoCE ports as hccn_tool reports them (None: not read)
 
 
 @dataclass
@@ -112,6 +114,14 @@ class HostView:
             return "", proc.stdout[6:]
         return proc.stdout, None
 
+    def hccn_tool(self) -> str:
+        """The hccn_tool to run: a simulated host's stand-in, else "" (the host's own, found there)."""
+        return str(self.stand_ins / "driver" / "tools" / "hccn_tool") if self.stand_ins is not None else ""
+
+    def npu_net(self, devices: tuple[int, ...]) -> npunet.NpuNet:
+        proc = self.run(npunet.read_argv(self.hccn_tool(), devices), timeout=60)
+        return npunet.parse_read(proc.stdout)
+
     def driver_version(self) -> str | None:
         if self.stand_ins is not None:
             path = self.stand_ins / "driver" / "version.info"
@@ -163,7 +173,8 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
     node_plan = view.node_plan
     client = view.node.client
     info = client.info()
-    view.prefetch([["ls", "-1", "/dev"], ["npu-smi", "info"], ["cat", "/usr/local/Ascend/driver/version.info"],
+    npu_ids = node_plan.npu_ids or tuple(range(node_plan.npus))
+    view.prefetch([npunet.read_argv(view.hccn_tool(), npu_ids), ["ls", "-1", "/dev"], ["npu-smi", "info"], ["cat", "/usr/local/Ascend/driver/version.info"],
                    ["ss", "-Hltn"], ["pgrep", "-f", "[r]aylet|[g]cs_server"], ["sh", "-c", "ulimit -Hn"],
                    ["df", "-Pk", "/dev/shm"], ["ip", "-o", "route", "get", plan.head],
                    ["df", "-Pk", info.get("DockerRootDir", "/var/lib/docker")],
@@ -171,6 +182,7 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
     devices = view.devices()
     table, table_error = view.npu_smi()
     driver = view.driver_version()
+    net = view.npu_net(npu_ids)
 
     holders, live_runs, own_run_live = [], set(), False
     mine = {f"/dev/davinci{i}" for i in node_plan.npu_ids} or None
@@ -218,8 +230,23 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
         engine_version=info.get("ServerVersion"), transport="local" if view.host.local else "ssh",
         devices=devices, npu_smi=table, npu_smi_error=table_error, driver=driver, npu_holders=tuple(holders), live_runs=tuple(sorted(live_runs)),
         listening=listening, ray_processes=ray, own_run_live=own_run_live, nofile_hard=hard, shm_kib=shm, route=route,
-        docker_root=root, disk_free_kib=free, image=image, image_size=size, missing_mounts=missing,
+        docker_root=root, disk_free_kib=free, image=image, image_size=size, missing_mounts=missing, npu_net=net,
     )
+
+
+def ping_peers(view: "HostView", net: npunet.NpuNet, pairs: list[tuple[int, str, str]]) -> npunet.NpuNet:
+    """The second round on one host: its NPUs ping the next host's (``npunet.ping_plan``)."""
+    from dataclasses import replace
+
+    if net.tool is None or not pairs:
+        return replace(net, pings=None)
+    try:
+        proc = view.run(npunet.ping_argv(net.tool, [(d, a) for d, a, _ in pairs]), timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        return replace(net, ping_error=str(err)[:200])
+    if view.remote and proc.returncode == 255:
+        return replace(net, ping_error=(proc.stderr.strip().splitlines() or ["ssh failed"])[-1][:200])
+    return replace(net, pings=npunet.parse_pings(proc.stdout, {(d, a): who for d, a, who in pairs}))
 
 
 # Ray's own processes by executable name (the kernel's comm, matched whole), never by words on a
