@@ -113,3 +113,18 @@ def test_a_new_key_under_a_node_verl_builds_into_a_dataclass_is_refused(verl050)
         "algorithm.kl_penalti: unknown field: verl builds algorithm into verl.trainer.config.AlgoConfig, "
         "which rejects it at start-up; did you mean algorithm.kl_penalty?"), problems
     assert check(verl050, ["+data.gen_batch_size=64"]) == []
+
+
+@pytest.mark.parametrize("override, refused", [
+    # verl 0.9.1's RolloutConfig declares enable_sleep_mode (workers/config/rollout.py:268) though its YAML
+    # leaves it out: `+` adds it and verl takes it (the CPU recipe turns vLLM's sleep mode off this way)
+    ("+actor_rollout_ref.rollout.enable_sleep_mode=False", False),
+    ("+actor_rollout_ref.rollout.enable_sleep_mod=False", True),
+])
+def test_a_field_the_dataclass_declares_but_the_yaml_leaves_out_is_taken(override, refused):
+    tree = replace(validate.from_wheel("0.9.1"), version=None)  # rlbox's own checks only, read from the wheel
+    assert validate.declared_fields(tree, "verl.workers.config.RolloutConfig", "enable_sleep_mode") is True
+    assert validate.declared_fields(tree, "verl.workers.config.RolloutConfig", "enable_sleep_mod") is False
+    assert validate.declared_fields(tree, "verl.workers.config.NoSuchConfig", "x") is None
+    problems = [str(p) for p in validate.examine(tree, MAIN_PPO + [override], own=lambda *a, **k: None).problems]
+    assert any("unknown field" in p for p in problems) is refused, problems

@@ -77,14 +77,18 @@ def from_wheel(version: str) -> VerlTree:
                 raise RlboxError(f"--verl-version {version}: cannot download verl=={version} ({last})")
             with zipfile.ZipFile(wheels[0]) as wheel:
                 for name in wheel.namelist():
-                    if name.startswith(("verl/trainer/", "recipe/")) and name.endswith((".yaml", ".py")):
+                    if name.startswith(TREE_PARTS) and name.endswith((".yaml", ".py")):
                         wheel.extract(name, folder)
         if not (folder / "verl" / "trainer" / "config").is_dir():
             raise RlboxError(f"--verl-version {version}: that wheel has no verl/trainer/config")
 
-    made_once(dest, f"verl=={version}\n", make)
+    made_once(dest, f"verl=={version}\n{' '.join(TREE_PARTS)}\n", make)
     return VerlTree(dest, f"verl {version} wheel", version=version)
 
+
+# What of verl a validation reads: the trainer's config (and its entrypoints), the recipes, and the config
+# dataclasses verl builds nodes into (their declared fields: declared_fields)
+TREE_PARTS = ("verl/trainer/", "recipe/", "verl/workers/config/", "verl/base_config.py")
 
 _FIND_VERL = ("import importlib.util as u, os; s = u.find_spec('verl'); "
               "print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else '')")
@@ -114,7 +118,7 @@ def from_image(client, image: str) -> VerlTree:
             raise RlboxError(f"image {image} has no verl; validate with --verl-version or --verl-config")
         box = client.containers.create(image, command=["true"], entrypoint=[])
         try:
-            for sub in ("verl/trainer", "recipe"):
+            for sub in ("verl/trainer", "recipe", "verl/workers/config", "verl/base_config.py"):
                 try:
                     stream, _ = box.get_archive(f"{root}/{sub}")
                 except NotFound:
@@ -128,7 +132,7 @@ def from_image(client, image: str) -> VerlTree:
         if not (folder / "verl" / "trainer" / "config").is_dir():
             raise RlboxError(f"image {image}: verl at {root} has no trainer/config")
 
-    made_once(dest, f"{img.id}\n", make)
+    made_once(dest, f"{img.id}\n{' '.join(TREE_PARTS)}\n", make)
     return VerlTree(dest, f"verl in {image}", commit, image=image)
 
 
@@ -289,6 +293,45 @@ def check(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int |
     return list(found.problems)
 
 
+def declared_fields(tree: VerlTree, target: str, name: str) -> bool | None:
+    """Whether verl's dataclass ``target`` (``verl.workers.config.RolloutConfig``) declares field ``name``,
+    read from its source in the tree (class bodies' annotated names, its bases' too): True, False, or None
+    when the class or one of its bases is not in the tree (then nothing is claimed). A field the dataclass
+    declares but the YAML leaves out (``enable_sleep_mode`` in verl 0.9.1's RolloutConfig) is taken."""
+    import ast
+
+    module, _, cls = target.rpartition(".")
+    base = tree.root / Path(*module.split("."))
+    files = sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+    files += [tree.root / "verl" / "base_config.py"]
+    classes: dict[str, ast.ClassDef] = {}
+    for f in files:
+        try:
+            parsed = ast.parse(f.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(parsed):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, node)
+    seen: set[str] = set()
+
+    def walk(cname: str) -> bool | None:
+        if cname in ("object", "ABC", "Mapping", "Generic") or cname in seen:
+            return False
+        seen.add(cname)
+        node = classes.get(cname)
+        if node is None:
+            return None
+        if any(isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.target.id == name
+               for st in node.body):
+            return True
+        answers = [walk(b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "?")
+                   for b in node.bases]
+        return True if True in answers else (None if None in answers else False)
+
+    return walk(cls)
+
+
 def examine(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int | None = None, *,
             restarts: int = 0, mounts: tuple[tuple[str, bool], ...] = (), own=None) -> Outcome:
     """Every problem with this job's overrides, as one-line Problems, and what ran: rlbox's own checks,
@@ -324,7 +367,8 @@ def examine(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int
             problems.append(Problem((key,), f"unknown key in {entry.config_name}{_suggest(key, known)}"
                                             + ("" if ov.is_delete() else " (a new key needs a leading +)")))
         parent = key.rpartition(".")[0]
-        if (ov.is_add() or ov.is_force_add()) and key not in known and f"{parent}._target_" in known:
+        if ((ov.is_add() or ov.is_force_add()) and key not in known and f"{parent}._target_" in known
+                and declared_fields(tree, known[parent + "._target_"], key.rpartition(".")[2]) is False):
             # verl instantiates this node into its dataclass, which takes no field it does not declare
             # (research case T03: FSDPActorConfig.__init__() got an unexpected keyword argument)
             problems.append(Problem((key,), f"unknown field: verl builds {parent} into {known[parent + '._target_']}, "
