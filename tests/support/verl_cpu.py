@@ -29,17 +29,23 @@ MODEL_SCRIPT = REPO / "tools" / "make-tiny-model.py"
 CA = "/etc/ssl/certs/ca-certificates.crt"
 
 
-def digest() -> str:
-    files = [REPO / "images" / n for n in ("defaults.yaml", "rlbox_sim.yaml", "verl_cpu.yaml")]
-    files += [REPO / "images" / "lock" / "verl_cpu.json"]
-    files += sorted((REPO / "dockerfiles" / "verl_cpu").rglob("*"))
+def digest_of(release: str) -> str:
+    """12 hex digits over everything that goes into RELEASE's image and its stand-in layer."""
+    files = [REPO / "images" / n for n in ("defaults.yaml", "rlbox_sim.yaml", f"{release}.yaml")]
+    files += [REPO / "images" / "lock" / f"{release}.json"]
+    files += sorted((REPO / "dockerfiles" / release).rglob("*"))
     files += sorted((REPO / "templates").rglob("*"))
     files += sorted((REPO / "launcher" / "rlbox" / "resources" / "standins" / STANDIN).rglob("*"))
+    files += [REPO / "launcher" / "rlbox" / "image" / "standins.py"]
     h = hashlib.sha256()
     for f in files:
-        if f.is_file():
+        if f.is_file() and "__pycache__" not in f.parts:
             h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:12]
+
+
+def digest() -> str:
+    return digest_of("verl_cpu")
 
 
 def release_tag() -> str:
@@ -76,17 +82,7 @@ REHEARSAL = "localhost/rlbox-rehearsal/verl-cpu-09:amd64"
 
 
 def digest09() -> str:
-    files = [REPO / "images" / n for n in ("defaults.yaml", "rlbox_sim.yaml", "verl_cpu_09.yaml")]
-    files += [REPO / "images" / "lock" / "verl_cpu_09.json"]
-    files += sorted((REPO / "dockerfiles" / "verl_cpu_09").rglob("*"))
-    files += sorted((REPO / "templates").rglob("*"))
-    files += sorted((REPO / "launcher" / "rlbox" / "resources" / "standins" / STANDIN).rglob("*"))
-    files += [REPO / "launcher" / "rlbox" / "image" / "standins.py"]
-    h = hashlib.sha256()
-    for f in files:
-        if f.is_file() and "__pycache__" not in f.parts:
-            h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:12]
+    return digest_of("verl_cpu_09")
 
 
 def release_tag09() -> str:
