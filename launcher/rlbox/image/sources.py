@@ -134,9 +134,21 @@ def missing(v: ResolvedVariant, dest: Path | None = None, *, base_os: str | None
     absent = [p["file"] for p in v.lock.pip.values() if not (wheels / p["file"]).is_file()]
     if absent:
         out.append(f"{wheels.relative_to(dest)}/{absent[0]}" + (f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""))
-    if v.package_manager == "apt" and not (deb_dir(dest, v, base_os) / "Packages").is_file():
+    if v.package_manager == "apt" and not debs_hold(deb_dir(dest, v, base_os), v.system_packages):
         out.append(str(deb_dir(dest, v, base_os).relative_to(dest)))
     return out
+
+
+DEBS_ASKED = "rlbox-asked"  # beside the .debs: the OS packages each fetch into this folder was asked for, one a line
+
+
+def debs_hold(folder: Path, packages) -> bool:
+    """Whether the OS packages folder was filled for every one of ``packages`` (a folder several releases
+    share: one release's packages are not another's; a folder from before the record is taken as not)."""
+    asked = folder / DEBS_ASKED
+    if not (folder / "Packages").is_file() or not asked.is_file():
+        return False
+    return set(packages) <= set(asked.read_text().split())
 
 
 @dataclass
@@ -315,6 +327,10 @@ def _fetch_debs(v: ResolvedVariant, dest: Path, profile: Profile | None, base_im
     apt = profile.apt_for(base_os or v.release.os, v.arch) if profile else None
     if apt:
         argv += ["-e", f"APT_MIRROR={apt}"]
-    argv += [image, "/opt/rlbox/lib/rlbox-system-packages", "apt", "--download-to", "/out", *v.system_packages]
+    asked = target / DEBS_ASKED
+    before = set(asked.read_text().split()) if asked.is_file() else set()
+    wanted = sorted(before | set(v.system_packages))  # with what earlier fetches asked: the Packages index is remade
+    argv += [image, "/opt/rlbox/lib/rlbox-system-packages", "apt", "--download-to", "/out", *wanted]
     _run(argv, f"downloading OS packages in a container of {image}")
+    asked.write_text("".join(f"{name}\n" for name in wanted))
     return len(list(target.glob("*.deb")))
