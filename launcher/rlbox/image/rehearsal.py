@@ -55,6 +55,7 @@ class RehearsalPlan:
     build: build.BuildPlan = field(repr=False)
     standin: Standin | None = None
     also_import: tuple[str, ...] = ()  # imported beside each entry (vllm_ascend where the variant installs it)
+    cpu_vllm: str = ""  # vLLM's CPU build the variant installs: its engine is started on a tiny model and generates
     imports_in: str = ""  # the image the import checks run in (a stand-in layer on the rehearsal); "" = tag
 
     def describe(self) -> str:
@@ -63,6 +64,9 @@ class RehearsalPlan:
         lines += [f"  off: {name}: {why}" for name, why in self.settings.items()]
         lines += [f"  substitution: {s}" for s in self.substitutions]
         lines += [f"  source cache: fetch {m}" for m in self.missing] or ["  source cache: complete"]
+        if self.cpu_vllm:
+            lines.append(f"  check: vLLM {self.cpu_vllm} (CPU build) starts its engine on a tiny model and generates"
+                         + (f" (in {self.imports_in})" if self.imports_in else ""))
         lines += [f"  check: {recipe} imports from {module}" + (f" + {', '.join(extra)}" if extra else "")
                   + (f" (in {self.imports_in})" if self.imports_in else "")
                   for recipe, module, extra in self.entries]
@@ -164,8 +168,10 @@ def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | Non
                        rehearsal=() if no_cann else tuple(build.REHEARSAL_SETTINGS), revision=build.source_revision(m.root))
     settings = {**({} if no_cann else build.REHEARSAL_SETTINGS), **CHECK_SETTINGS}
     also = tuple(name for name in ("vllm_ascend",) if any(c.name == name for c in v.components))
+    from rlbox.image import standins
+
     return RehearsalPlan(ref, v.base_image, base, tag, settings, tuple(subs), missing,
-                         tuple(entries), expected, plan_, sb, also)
+                         tuple(entries), expected, plan_, sb, also, standins.cpu_vllm(v))
 
 
 def runtime_modules(recipe: dict) -> tuple[str, ...]:
@@ -247,6 +253,12 @@ def judge(p: RehearsalPlan, facts: dict[str, Any]) -> Report:
                 lines.append(f"     {r['state']:<11} {name}: {r.get('error', '')[:160]}")
         for name, r in sorted(lazy_bad.items()):
             lines.append(f"     lazy {r['state']:<6} {name}: {r.get('error', '')[:160]}")
+    if p.cpu_vllm:
+        engine = facts.get("engine") or {"ok": False, "error": "not run"}
+        ok &= bool(engine.get("ok"))
+        lines.append(f"ok   engine: vLLM {engine.get('version')} on {engine.get('platform')} generated {engine.get('tokens')} "
+                     "token(s) from a tiny model" if engine.get("ok") else
+                     f"FAIL engine: vLLM {p.cpu_vllm} (CPU build) did not generate: {engine.get('error')}")
     timing = facts.get("timing")
     if timing:
         size = timing.get("image_bytes")
@@ -343,6 +355,17 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
             facts["imports"][recipe] = json.loads(out[start:]) if start >= 0 else {"modules": {}}
         except ValueError:
             facts["imports"][recipe] = {"modules": {module: {"state": "error", "error": last_line(out)}}}
+    if p.cpu_vllm:  # the engine itself, as a rollout or `rlbox serve` starts it: what an import check cannot see
+        tools = Path(__file__).resolve().parents[3] / "tools"
+        code, out = run_in(p.imports_in or p.tag, ["bash", "-c", "python3 /opt/rlbox/tools/make-tiny-model.py /tmp/m >/dev/null "
+                                                  "&& python3 /opt/rlbox/check/vllm_generate.py /tmp/m"],
+                           mounts={str(SCRIPT.parent): "/opt/rlbox/check", str(tools): "/opt/rlbox/tools"}, timeout=wait)
+        # the script's one JSON line; the engine's shutdown lines may come after it
+        found = [line for line in out.splitlines() if line.startswith('{"ok"')]
+        try:
+            facts["engine"] = json.loads(found[-1])
+        except (IndexError, ValueError):
+            facts["engine"] = {"ok": False, "error": last_line(out)[:300] or f"exit {code}"}
     return facts
 
 
