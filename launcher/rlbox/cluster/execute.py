@@ -14,13 +14,7 @@ from pathlib import Path
 
 import requests
 
-from rlbox.cluster import driver
-from rlbox.cluster import jobs
-from rlbox.cluster import probe
-from rlbox.cluster import ray
-from rlbox.cluster import sharing
-from rlbox.cluster import sim
-from rlbox.cluster import watch
+from rlbox.cluster import driver, jobs, probe, ray, sharing, sim, watch
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.hosts import Node, connect_all, on_every

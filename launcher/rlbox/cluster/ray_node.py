@@ -1,0 +1,121 @@
+"""How Ray starts on one node, as data (split from plan.py): the run's port block, the `ray start`
+command line, the workers' start spread, the GCS health check, and the release's NPU env policy."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from rlbox.cluster import sharing
+
+
+# Workers do not all call `ray start` in the same instant once the head is up: worker k waits
+# (k mod START_GROUPS) x START_STEP seconds more (at most 3.75 s). On 16 testbed hosts sharing 2 cores,
+# 15 raylets started together timed out registering with the GCS (Ray's fixed 30 s) 7 to 13 at a
+# time, and bring-up took 79-82 s with them started again; spread, none timed out: 41 s
+# (bench/bringup.py). On a cluster it costs at most 3.75 s of a bring-up.
+START_STEP = 0.25
+START_GROUPS = 16
+
+
+def start_delay(index: int) -> float:
+    """Seconds node ``index`` waits after the head is up before its `ray start` (0 for the head)."""
+    return (index % START_GROUPS) * START_STEP
+
+
+# Ray's GCS health check of every raylet (ray_config_def.h; the head's environment sets it):
+# Ray's defaults (period 3 s, timeout 10 s, 5 failures) call a frozen or cut-off node DEAD after
+# about a minute; these after about 20 s (4 checks in a row unanswered for 4 s each, one a
+# second). Not tighter: on a loaded host a raylet busy for seconds must not count as dead.
+HEALTH_CHECK_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "4000",
+                    "RAY_health_check_failure_threshold": "4"}
+
+
+@dataclass(frozen=True)
+class RayPorts:
+    """A block of ports owned by one run: never Ray's defaults, so a stale cluster cannot collide."""
+
+    gcs: int
+    dashboard: int
+    client: int
+    node_manager: int
+    object_manager: int
+    dashboard_agent_grpc: int
+    dashboard_agent_http: int
+    metrics: int
+    runtime_env_agent: int
+    autoscaler_metrics: int
+    dashboard_metrics: int
+    worker_range: tuple[int, int]
+
+    @classmethod
+    def block(cls, base: int) -> "RayPorts":
+        """Consecutive ports from ``base``; Ray's workers take ``base+100 .. base+999``."""
+        singles = [f.name for f in fields(cls) if f.name != "worker_range"]
+        return cls(*(base + i for i in range(len(singles))), worker_range=(base + 100, base + 999))
+
+    def env(self) -> dict[str, str]:
+        """The two head ports Ray takes only from the environment, not from flags."""
+        return {"AUTOSCALER_METRIC_PORT": str(self.autoscaler_metrics), "DASHBOARD_METRIC_PORT": str(self.dashboard_metrics)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ports_for(slot: int) -> RayPorts:
+    """The Ray block of a run's slot (its lowest NPU id): 20000 + 1000 x slot, never Ray's
+    defaults; runs sharing a host hold different NPUs, so their blocks differ."""
+    return RayPorts.block(sharing.ray_base(slot))
+
+
+def ray_start(role: str, head: str, ports: RayPorts, npus: int, cpus: int | None = None) -> list[str]:
+    """`ray start` for one node; the node script appends --node-ip-address, and
+    --dashboard-host (head) or --address (workers) once it has resolved the head."""
+    argv = ["ray", "start", "--block", "--disable-usage-stats", f"--resources={{\"NPU\": {npus}}}"]
+    if role == "head":
+        argv += [
+            "--head",
+            f"--port={ports.gcs}",
+            f"--dashboard-port={ports.dashboard}",
+            f"--ray-client-server-port={ports.client}",
+            "--include-dashboard=true",
+        ]
+    lo, hi = ports.worker_range
+    argv += [
+        f"--node-manager-port={ports.node_manager}",
+        f"--object-manager-port={ports.object_manager}",
+        f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
+        f"--dashboard-agent-listen-port={ports.dashboard_agent_http}",
+        f"--metrics-export-port={ports.metrics}",
+        f"--runtime-env-agent-port={ports.runtime_env_agent}",
+        f"--min-worker-port={lo}",
+        f"--max-worker-port={hi}",
+    ]
+    if cpus is not None:
+        argv.append(f"--num-cpus={cpus}")
+    return argv
+
+
+# What Ray reads to leave ASCEND_RT_VISIBLE_DEVICES alone (ray/_private/accelerators/npu.py).
+NOSET_VISIBLE = "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"
+VISIBLE = "ASCEND_RT_VISIBLE_DEVICES"
+
+
+@dataclass(frozen=True)
+class NpuPolicy:
+    """The release's NPU env policy (images/*.yaml ``ray_npu_env``): whether Ray is told to leave
+    ASCEND_RT_VISIBLE_DEVICES alone, and the line of the docs it follows."""
+
+    noset: bool
+    follows: str
+    release: str
+
+    def env(self, npus: int) -> dict[str, str]:
+        """What a node with ``npus`` NPUs gets: under noset, the node's NPUs as the container
+        numbers them (0..npus-1: it holds only its own /dev/davinci*), ascending, as CANN wants."""
+        return {NOSET_VISIBLE: "1", VISIBLE: ",".join(map(str, range(npus)))} if self.noset else {}
+
+    def words(self) -> str:
+        how = (f"{NOSET_VISIBLE}=1, {VISIBLE} set on every node" if self.noset
+               else f"{NOSET_VISIBLE} unset, Ray sets each worker's {VISIBLE}")
+        return f"{self.release}: {how} (follows {self.follows})"
