@@ -171,8 +171,10 @@ def test_validation_runs_before_the_file_is_written(tmp_path, monkeypatch):
 
     seen = []
     monkeypatch.setattr(checks, "tree_for_validation", lambda **kw: seen.append(kw) or Tree())
-    monkeypatch.setattr(checks.validate, "check", lambda tree, argv, nodes, npus, **kw:
-                        seen.append((nodes, npus, kw["mounts"])) or ["trainer.tainer: unknown key"])
+    from rlbox.verl.outcome import Outcome, Problem
+
+    monkeypatch.setattr(checks.validate, "examine", lambda tree, argv, nodes, npus, **kw:
+                        seen.append((nodes, npus, kw["mounts"])) or Outcome((Problem(("trainer.tainer",), "unknown key"),)))
     out = tmp_path / "job.yaml"
     result = CliRunner().invoke(cli, ["k8s", "export", "--k8s-profile", str(PROFILE), "-o", str(out),
                                       "--recipe", "dapo-qwen3-32b-a3"])
