@@ -83,6 +83,21 @@ def engine():
     selftest.ensure_base_images()
 
 
+AIS_BENCH = REPO / ".venv-aisbench" / "bin" / "ais_bench"
+
+
+@pytest.fixture(scope="session")
+def ais_bench() -> Path:
+    """The real AISBench (ais-bench-benchmark), in the venv .ci/provision makes from
+    tools/aisbench/requirements.lock; under CI=true a missing one fails the test."""
+    if not os.access(AIS_BENCH, os.X_OK):
+        problem = f"no AISBench at {AIS_BENCH} (bash .ci/provision installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"AISBench test under CI=true but {problem}")
+        pytest.skip(problem)
+    return AIS_BENCH
+
+
 @pytest.fixture(scope="session")
 def ca_bundle(tmp_path_factory) -> Path:
     """The host's CA bundle plus a unique marker line: lets tests prove it never lands in a layer."""

@@ -22,6 +22,57 @@ def test_parses_what_the_real_aisbench_wrote():
     assert row.value == 40.0 and row.dataset == "aime2024"
 
 
+GSM8K = REPO / "tests" / "fixtures" / "aisbench-3.1.20260630-gsm8k"
+
+
+@pytest.mark.parametrize("name, parse", [
+    ("summary_*.csv", ev.parse_summary_csv),
+    ("summary_*.md", ev.parse_summary_md),
+])
+def test_parses_the_real_aisbench_gsm8k_summary_files(name, parse):
+    """AISBench 3.1.20260630 against vLLM (CPU build, a tiny random model): its own files."""
+    [path] = GSM8K.glob(f"*/summary/{name}")
+    [row] = parse(path.read_text())
+    assert (row.dataset, row.version, row.metric, row.mode, row.value, row.raw) == ("gsm8k", "d486ce", "accuracy", "gen", 0.0, "0.00")
+    assert ev.parse_summary(path, "") == [row]
+
+
+def test_parses_the_real_aisbench_gsm8k_console_output():
+    raw = (GSM8K / "stdout.txt").read_text()
+    assert "\x1b" in raw  # AISBench draws a progress screen; rlbox strips its escapes
+    [row] = ev.parse_summary(None, raw)
+    assert (row.dataset, row.version, row.value) == ("gsm8k", "d486ce", 0.0)
+    [csv] = GSM8K.glob("*/summary/summary_*.csv")
+    assert f"write csv to " in raw and csv.name in raw
+
+
+def test_the_model_config_rlbox_wrote_for_the_real_run_is_written_again():
+    ep = ev.Endpoint.parse("http://127.0.0.1:18431")
+    accepted = {"path", "model", "stream", "max_out_len", "retry", "api_key", "host_ip", "host_port", "url",
+                "trust_remote_code", "generation_kwargs", "meta_template", "enable_ssl", "verbose"} | ev.BUILDER_KEYS
+    fields, dropped = ev.config_fields(ep, max_seq_len=256, max_out_len=64, batch_size=8, generation=ev.GENERATION,
+                                       accepted=accepted)
+    assert dropped == ["max_seq_len"]
+    assert ev.render_config(fields, ep.url) == (GSM8K / "vllm_api_general.py").read_text()
+
+
+@pytest.mark.parametrize("text, why", [
+    ("| a | b |\n|---|---|\n| 1 | 2 |\n", "not an AISBench summary"),
+    ("| dataset | version | metric | mode | other |\n|-----|-----|-----|-----|-----|\n| gsm8k | d486ce | accuracy | gen | 1.00 |\n",
+     "no column vllm-api-general"),
+    ("", "not an AISBench summary"),
+])
+def test_summary_md_refused(text, why):
+    with pytest.raises(ValueError, match=why):
+        ev.parse_summary_md(text)
+
+
+def test_parses_md_with_failed_values():
+    [row] = ev.parse_summary_md("| dataset | version | metric | mode | vllm-api-general |\n|----- | ----- | ----- | ----- | -----|\n"
+                                "| gsm8k | - | - | - | - |\n")
+    assert row.value is None and row.raw == "-"
+
+
 def test_parses_count_columns_and_failed_runs():
     rows = ev.parse_summary_csv("dataset,version,metric,mode,total_count,vllm-api-general\n"
                                 "aime2024,187240,accuracy,gen,30,45.33 (14/30)\n")

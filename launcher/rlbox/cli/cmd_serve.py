@@ -79,7 +79,7 @@ def serve_cmd(model, tp, dp, max_model_len, port, served_model_name, image, host
 
 @click.command("eval")
 @click.argument("model", required=False)
-@click.option("--dataset", default="aime2024", show_default=True, help="aime2024, math500, or an AISBench dataset config (..._gen).")
+@click.option("--dataset", default="aime2024", show_default=True, help="aime2024, math500, gsm8k, or an AISBench dataset config (..._gen...).")
 @click.option("--repeat", type=INT, default=16, show_default=True, help="AISBench runs to average (seed 000: 16).")
 @click.option("--endpoint", help="The server: http://HOST:PORT (default: the one `rlbox serve --name NAME` started).")
 @click.option("--name", default="serve", show_default=True, callback=checked_name, help="Without --endpoint: the server `rlbox serve --name NAME` started.")
@@ -89,7 +89,7 @@ def serve_cmd(model, tp, dp, max_model_len, port, served_model_name, image, host
 @click.option("--temperature", type=NON_NEGATIVE, default=0.5, show_default=True, help="generation_kwargs temperature (seed: 0.5, top_k 10, top_p 0.95, repetition_penalty 1.03).")
 @click.option("--ais-bench", "ais_bench", envvar="RLBOX_AIS_BENCH", help="The ais_bench command (default: ais_bench on PATH; env RLBOX_AIS_BENCH).")
 @click.option("--ais-datasets", type=click.Path(path_type=Path, file_okay=False),
-              help="AISBench's dataset folder (AIS_BENCH_DATASETS_CACHE: holds ais_bench/datasets/aime/aime.jsonl).")
+              help="AISBench's dataset folder (AIS_BENCH_DATASETS_CACHE), laid out as its loaders read it: ais_bench/datasets/gsm8k/{train,test}.jsonl, ais_bench/datasets/aime/aime.jsonl.")
 @click.option("--out", "out", type=click.Path(path_type=Path, dir_okay=False), help="Result JSON (default: RUNS_DIR/eval/<model>-<dataset>-<time>.json).")
 @click.option("--compare", "compare_files", nargs=2, type=click.Path(path_type=Path, dir_okay=False),
               metavar="BEFORE.json AFTER.json", help="Print the before/after table of two results and the gain; run nothing.")
@@ -101,6 +101,7 @@ def eval_cmd(model, dataset, repeat, endpoint, name, max_seq_len, max_out_len, b
     \b
     rlbox eval /data/qwen3-32b --dataset aime2024 --repeat 16     # the server of `rlbox serve`
     rlbox eval after-rl --endpoint http://10.0.0.1:6380 --repeat 16 --out after.json
+    rlbox eval tiny --dataset gsm8k --ais-datasets DIR --ais-bench .venv-aisbench/bin/ais_bench --endpoint http://127.0.0.1:8000
     rlbox eval --compare before.json after.json
     """
     if compare_files:

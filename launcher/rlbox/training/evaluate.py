@@ -9,9 +9,12 @@ so this file wins without editing the installed package. Each repeat's summary (
 ``<work-dir>/<timestamp>/summary/``, columns ``dataset,version,metric,mode,vllm-api-general``,
 a value such as ``45.33`` or ``45.33 (14/30)``) is parsed; the repeats are averaged.
 
-Checked against AISBench 3.1.20260630 from PyPI (ais-bench-benchmark): its VLLMCustomAPI no
-longer takes ``max_seq_len``; rlbox asks the installed AISBench which fields it takes and leaves
-out the ones it does not (with a note), so the seed's config works on old and new releases.
+Run for real with AISBench 3.1.20260630 from PyPI (ais-bench-benchmark; the tests' venv is
+installed by .ci/provision from tools/aisbench/requirements.lock): its VLLMCustomAPI no longer
+takes ``max_seq_len``; rlbox reads which fields the installed one takes and leaves out the ones
+it does not (with a note), so the seed's config works on old and new releases. AISBench writes,
+under ``<work-dir>/<timestamp>/``, its summary (``summary/summary_<ts>.{csv,md,txt}``), the
+per-dataset result (``results/vllm-api-general/<dataset>.json``), the predictions and its logs.
 """
 
 from __future__ import annotations
@@ -35,8 +38,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rlbox.core.config import load_file
 from rlbox.core.errors import RlboxError
 
-# rlbox's dataset names -> AISBench dataset configs (seed 000: aime2024; seed 001: MATH-500).
-DATASETS = {"aime2024": "aime2024_gen", "math500": "math_prm800k_500_0shot_cot_gen"}
+# rlbox's dataset names -> AISBench dataset configs (seed 000: aime2024; seed 001: MATH-500; gsm8k:
+# AISBench's 0-shot chain-of-thought task, plain-string prompt "Question: ...\nLet's think step by
+# step\nAnswer:", as verl's GSM8K models are trained 0-shot; it reads
+# ais_bench/datasets/gsm8k/{train,test}.jsonl under AIS_BENCH_DATASETS_CACHE. AISBench's default,
+# --dataset gsm8k_gen_4_shot_cot_str, puts 4 worked examples, ~5 kB of text, before each question).
+DATASETS = {"aime2024": "aime2024_gen", "math500": "math_prm800k_500_0shot_cot_gen", "gsm8k": "gsm8k_gen_0_shot_cot_str"}
+# Files AISBench's loader reads under AIS_BENCH_DATASETS_CACHE, checked before a run (rlbox's names).
+DATASET_FILES = {"gsm8k": ("ais_bench/datasets/gsm8k", ("train.jsonl", "test.jsonl"), ("question", "answer"))}
 MODEL_ABBR = "vllm-api-general"
 BUILDER_KEYS = {"attr", "abbr", "request_rate", "batch_size", "use_timestamp", "run_cfg", "min_out_len"}
 
@@ -127,11 +136,23 @@ def ais_bench_fields(executable: str) -> set[str] | None:
     python = first[2:].strip().split()[0]
     # The model class gets the config minus the keys AISBench's builder pops for itself
     # (utils/config/build.py: abbr, attr, request_rate, batch_size, ...); those always stay.
-    probe = ("import inspect\nfrom ais_bench.benchmark.models import VLLMCustomAPI as C\n"
+    # Read from the class's source (ast): importing ais_bench (torch and all) takes 30-90 s here;
+    # if the class is not where 3.1 keeps it, import it.
+    probe = ("import ast, importlib.util, inspect, os, sys\n"
+             "spec = importlib.util.find_spec('ais_bench')\n"
+             "src = os.path.join(os.path.dirname(spec.origin), 'benchmark', 'models', 'api_models', 'vllm_custom_api.py') if spec and spec.origin else ''\n"
+             "tree = ast.parse(open(src).read()) if os.path.isfile(src) else None\n"
+             "cls = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == 'VLLMCustomAPI'] if tree else []\n"
+             "init = [f for f in cls[0].body if isinstance(f, ast.FunctionDef) and f.name == '__init__'] if cls else []\n"
+             "if init:\n"
+             "    a = init[0].args\n"
+             "    print('*' if a.kwarg else ' '.join(x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg != 'self'))\n"
+             "    sys.exit()\n"
+             "from ais_bench.benchmark.models import VLLMCustomAPI as C\n"
              "ps = inspect.signature(C.__init__).parameters.values()\n"
              "print('*' if any(p.kind == p.VAR_KEYWORD for p in ps) else ' '.join(p.name for p in ps if p.name != 'self'))")
     try:
-        proc = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if proc.returncode != 0 or not proc.stdout.strip() or proc.stdout.strip() == "*":
@@ -169,6 +190,14 @@ def parse_summary_csv(text: str, model_abbr: str = MODEL_ABBR) -> list[Row]:
         m = _NUMBER.match(r[col])
         out.append(Row(r[0], r[1], r[2], r[3], float(m.group(1)) if m else None, r[col]))
     return out
+
+
+def parse_summary_md(text: str, model_abbr: str = MODEL_ABBR) -> list[Row]:
+    """AISBench's summary markdown (summary_<ts>.md): | dataset | version | metric | mode | <abbr> |."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line.strip().startswith("|")]
+    if not rows or rows[0][:4] != ["dataset", "version", "metric", "mode"]:
+        raise ValueError("not an AISBench summary (header | dataset | version | metric | mode | ...)")
+    return parse_summary_csv("\n".join(",".join(r) for r in rows if not set("".join(r)) <= set("-: ")), model_abbr)
 
 
 def parse_summary_table(text: str, model_abbr: str = MODEL_ABBR) -> list[Row]:
@@ -239,11 +268,12 @@ def plan(*, model: str, dataset: str, endpoint: Endpoint, repeat: int, executabl
     if not ais_dataset:
         raise RlboxError(f"--dataset {dataset}: not one rlbox knows ({', '.join(DATASETS)}); "
                          "or give an AISBench dataset config name such as aime2024_gen")
+    check_dataset(dataset, datasets_cache)
     exe = executable or "ais_bench"
     found = shutil.which(exe)
     if not found:
-        raise RlboxError(f"AISBench not found ({exe}): `pip install ais-bench-benchmark` (in its own venv) "
-                         "or pass --ais-bench PATH")
+        raise RlboxError(f"AISBench not found ({exe}): install ais-bench-benchmark in its own venv "
+                         "(tools/aisbench/requirements.lock) and pass --ais-bench VENV/bin/ais_bench")
     seq = max_seq_len or MAX_SEQ_LEN
     if max_out_len is None:
         if endpoint.max_model_len and endpoint.max_model_len > seq:
@@ -260,6 +290,39 @@ def plan(*, model: str, dataset: str, endpoint: Endpoint, repeat: int, executabl
                     generation, datasets_cache)
 
 
+def check_dataset(dataset: str, cache: Path | None) -> None:
+    """The files AISBench's loader for ``dataset`` will read, when rlbox knows them: one line
+    naming the file (and the row, the field) that is missing or wrong."""
+    if dataset not in DATASET_FILES or cache is None:
+        return
+    sub, names, fields = DATASET_FILES[dataset]
+    for name in names:
+        path = cache / sub / name
+        if not path.is_file():
+            raise RlboxError(f"--ais-datasets {cache}: no {sub}/{name} (AISBench's {dataset} loader reads "
+                             f"{sub}/{{{','.join(names)}}}; e.g. copy tests/fixtures/gsm8k-sample/*.jsonl there)")
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            raise RlboxError(f"{path}: cannot be read ({type(err).__name__})") from None
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise RlboxError(f"{path} line {i}: not JSON") from None
+            if not isinstance(row, dict):
+                raise RlboxError(f"{path} line {i}: not a JSON object")
+            for f in fields:
+                if not isinstance(row.get(f), str):
+                    raise RlboxError(f"{path} line {i}: field '{f}' missing or not text")
+            if dataset == "gsm8k" and "#### " not in row["answer"]:
+                raise RlboxError(f"{path} line {i}: field 'answer' has no '#### ANSWER' (GSM8K's final answer)")
+        if not any(line.strip() for line in lines):
+            raise RlboxError(f"{path}: no rows")
+
+
 def write_config(p: EvalPlan, note) -> Path:
     accepted = ais_bench_fields(p.executable)
     fields, dropped = config_fields(p.endpoint, max_seq_len=p.max_seq_len, max_out_len=p.max_out_len,
@@ -273,8 +336,25 @@ def write_config(p: EvalPlan, note) -> Path:
 
 
 def _summary(work_dir: Path, started: float) -> Path | None:
-    found = [c for c in work_dir.glob("*/summary/summary_*.csv") if c.stat().st_mtime >= started - 1]
-    return max(found, key=lambda c: c.stat().st_mtime) if found else None
+    """This run's summary: AISBench's csv, else its markdown."""
+    for ext in ("csv", "md"):
+        found = [c for c in work_dir.glob(f"*/summary/summary_*.{ext}") if c.stat().st_mtime >= started - 1]
+        if found:
+            return max(found, key=lambda c: c.stat().st_mtime)
+    return None
+
+
+def clean_output(text: str) -> str:
+    """AISBench's console output without its terminal escapes (it draws a progress screen)."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][0-9A-Za-z]|\x1b[=>]", "", text)
+
+
+def parse_summary(path: Path | None, output: str) -> list[Row]:
+    """The rows of AISBench's summary file (csv or md), or of the table it printed when it wrote none."""
+    if path is None:
+        return parse_summary_table(clean_output(output))
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return parse_summary_md(text) if path.suffix == ".md" else parse_summary_csv(text)
 
 
 def run_once(p: EvalPlan, index: int, emit) -> Run:
@@ -287,16 +367,18 @@ def run_once(p: EvalPlan, index: int, emit) -> Run:
         proc = subprocess.run(p.argv(index), cwd=p.work, env=env, stdout=f, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, text=True)
     output = log.read_text(errors="replace")
-    clean = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
+    clean = clean_output(output)
     last = next((line.strip() for line in reversed(clean.splitlines()) if line.strip()), "no output")
     if proc.returncode != 0:
         raise RlboxError(f"ais_bench run {index}/{p.repeat} exited with {proc.returncode}: {last} (log: {log})")
     summary = _summary(p.work / f"outputs/repeat_{index:02d}", started)
     try:
-        rows = parse_summary_csv(summary.read_text()) if summary else parse_summary_table(clean)
+        rows = parse_summary(summary, output)
     except ValueError as err:
         raise RlboxError(f"ais_bench run {index}/{p.repeat}: {err} (log: {log})") from None
     wanted = [r for r in rows if r.dataset == p.dataset or r.dataset.startswith(p.dataset)]
+    if not wanted and len({r.dataset for r in rows}) == 1:  # --dataset gave a config name; one dataset ran
+        wanted = rows
     row = next((r for r in wanted if r.metric == "accuracy"), wanted[0] if wanted else None)
     if row is None or row.value is None:
         failed = re.search(r"see\s*\n?\s*(\S+logs/infer/\S+)", clean)
