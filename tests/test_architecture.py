@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "launcher"  # the folder holding the ``rlbox`` package
 PACKAGE = "rlbox"
 
-LAYERS = ("resources", "core", "registry", "image", "cluster", "delivery", "training", "testbed", "cli")
+LAYERS = ("resources", "core", "registry", "image", "cluster", "delivery", "training", "backends", "testbed", "cli")
 SCRIPTS = ("rlbox.training.scripts", "rlbox.image.scripts")
 MAX_LINES = 600
 MAX_CLI_LINES = 400

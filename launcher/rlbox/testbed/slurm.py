@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rlbox.testbed.plan import HostPlan, TestbedPlan
+if TYPE_CHECKING:  # testbed.plan imports this module to describe a plan
+    from rlbox.testbed.plan import HostPlan, TestbedPlan
 
 PARTITION = "rlbox"
 SLURMD_TIMEOUT = 10  # seconds without an answer before slurmctld marks a node DOWN (site default: 300)
