@@ -41,7 +41,7 @@ def derived_cluster(spec: cluster.ClusterSpec | None, source: Path | None, picke
         return yaml.safe_dump({"hosts": [{"host": h} for h in picked]}, sort_keys=False)
     by_name = {str(e["host"]).split("@")[-1].split(":")[0] if isinstance(e, dict) else str(e): e for e in data["hosts"]}
     data.pop("slurm", None)
-    data["hosts"] = [by_name[h] for h in picked]
+    data["hosts"] = [by_name.get(h, {"host": h}) for h in picked]
     return yaml.safe_dump(data, sort_keys=False)
 
 

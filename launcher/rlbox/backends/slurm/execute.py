@@ -122,7 +122,7 @@ class Watch(threading.Thread):
     def run(self) -> None:
         while not self.done.wait(POLL):
             try:
-                rc, out, err = self.slurm.run(["squeue", "-h", "-j", self.job, "-o", "%T"], timeout=10)
+                rc, out, err = self.slurm.run(["squeue", "-h", "-t", "all", "-j", self.job, "-o", "%T"], timeout=10)
                 line = sp.judge_ended(out if rc == 0 else "", self.plan, self.job) if rc == 0 or "Invalid job id" in err else None
                 if line is None:
                     rc, out, _ = self.slurm.run(["sinfo", "-h", "-N", "-n", ",".join(self.names), "-o", "%N %T"], timeout=10)

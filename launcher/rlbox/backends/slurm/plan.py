@@ -56,7 +56,7 @@ class SlurmPlan:
 
     def sbatch_options(self) -> list[str]:
         opts = [f"--job-name={self.job_name}", f"--nodes={self.nodes}", "--exclusive", "--chdir=/",
-                "--output=/dev/null", "--signal=B:TERM@30"]
+                "--output=/dev/null"]
         if self.partition:
             opts.append(f"--partition={self.partition}")
         if self.time:
