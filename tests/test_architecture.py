@@ -5,7 +5,7 @@ added, split or moved are checked as they are. The rules:
 
 layers
     Subpackages are layered, lowest first: resources (data only) < core < registry < image <
-    cluster < delivery < training < cli. A module may import its own subpackage or a lower layer, never a
+    cluster < delivery < training < backends < testbed < cli. A module may import its own subpackage or a lower layer, never a
     higher or a sibling one. ``rlbox/__init__.py`` is exempt, as importer and as target. A module
     outside every layer (e.g. a new ``rlbox/foo.py`` or ``rlbox/foo/``) is reported too: give it
     a layer in LAYERS.

@@ -73,6 +73,15 @@ def allocate(slurm: Slurm, plan: sp.SlurmPlan, run_dir: Path, timeout: float, ec
     record_path(run_dir).write_text(json.dumps({"job": job, "login": plan.login, "partition": partition,
                                                 "nodes": plan.nodes, "time": plan.time}) + "\n")
     echo(f"slurm: job {job} ({plan.job_name}) asks partition {partition} for {plan.nodes} node(s)")
+    try:
+        return _wait_running(slurm, plan, job, timeout, echo)
+    except BaseException:  # never a job left behind: refused, timed out, Ctrl-C
+        cancel(slurm, job)
+        echo(f"slurm: job {job} cancelled (scancel)")
+        raise
+
+
+def _wait_running(slurm: Slurm, plan: sp.SlurmPlan, job: str, timeout: float, echo) -> tuple[str, str]:
     deadline = time.monotonic() + timeout
     said = ""
     while True:
