@@ -36,7 +36,7 @@ def bed(engine, sim_image):
 @pytest.fixture
 def clean(bed):
     yield bed
-    queue = bed.ssh(1, "squeue", "-h", "-o", "%i %j %T")
+    queue = bed.ssh(1, "squeue -h -o '%i %j %T'")  # one word: the remote shell splits the rest
     left = [line for h in bed.hosts for line in bed.leftovers_prefix("sl-", h["index"])]
     bed.remove_runs("sl-")
     assert queue.returncode == 0 and queue.stdout.strip() == "", queue.stdout + queue.stderr
