@@ -46,7 +46,10 @@ def test_daemons_run_inside_the_hosts_with_their_node_names():
 
 
 def test_cluster_file_names_the_login_node(tmp_path: Path):
-    plan = _plan()
+    plan = _plan(root=str(tmp_path))
+    Path(plan.dir).mkdir()
+    for made in (plan.identity_file, plan.known_hosts):  # what `up` writes before the cluster file
+        Path(made).write_text("")
     f = tmp_path / "cluster.yaml"
     f.write_text(plan.cluster_yaml())
     read = spec.from_file(f)
