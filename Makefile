@@ -11,12 +11,13 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick log-on-loss faults docs rehearsal rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run arm64-emulation
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick log-on-loss faults docs rehearsal rehearsal-slurm rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run arm64-emulation
 
 # `make help` lists every target, one a line (tests/test_make.py holds it to the rules below).
 help:
 	@echo "make help               this list"
 	@echo "make rehearsal          the production path on a 4-host A3 testbed (namespaces, own engines and sshd; root): image delivered, 64 NPUs, smoke job, teardown"
+	@echo "make rehearsal-slurm    the same through Slurm: testbed up --slurm (munged, slurmctld, slurmd per host), rlbox run --backend slurm --nodes 4"
 	@echo "make rehearsal-sim      the same on 4 simulated nodes (containers on this engine): where namespaces are not available"
 	@echo "make test               the whole test suite (engine tests included; what CI runs: .ci/run)"
 	@echo "make setup              provision Docker engine + buildx + sshd, install rlbox into .venv (every target below runs it)"
@@ -92,6 +93,9 @@ rehearse-run: setup
 # one line when namespaces are not available here, and rehearsal-sim is the simulation instead.
 rehearsal: sim-image
 	$(PYTHON) tools/rehearsal.py
+
+rehearsal-slurm: sim-image
+	$(PYTHON) tools/rehearsal.py --slurm
 
 rehearsal-sim: sim-image
 	$(RLBOX) run --sim --nodes 4 --hardware a3 --smoke-test

@@ -5,8 +5,8 @@ added, split or moved are checked as they are. The rules:
 
 layers
     Subpackages are layered, lowest first: resources (data only) < core < registry < image < verl <
-    cluster < delivery < training < cli. A module may import its own subpackage or a lower layer, never a
-    higher or a sibling one. ``rlbox/__init__.py`` is exempt, as importer and as target. A module
+    cluster < delivery < training < backends < testbed < cli. A module may import its own subpackage or a
+    lower layer, never a higher or a sibling one. ``rlbox/__init__.py`` is exempt, as importer and as target. A module
     outside every layer (e.g. a new ``rlbox/foo.py`` or ``rlbox/foo/``) is reported too: give it
     a layer in LAYERS.
 scripts
@@ -53,7 +53,8 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "launcher"  # the folder holding the ``rlbox`` package
 PACKAGE = "rlbox"
 
-LAYERS = ("resources", "core", "registry", "image", "verl", "cluster", "delivery", "training", "testbed", "cli")
+LAYERS = ("resources", "core", "registry", "image", "verl", "cluster", "delivery", "training", "backends", "testbed",
+          "cli")
 SCRIPTS = ("rlbox.training.scripts", "rlbox.image.scripts", "rlbox.verl.scripts")
 MAX_LINES = 600
 MAX_CLI_LINES = 400

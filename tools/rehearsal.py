@@ -6,6 +6,10 @@
   rlbox run --cluster CLUSTER_FILE --image IMAGE --smoke-test  (ssh, doctor, containers, Ray, job, teardown)
   rlbox testbed down                                        (always, even after a failure or Ctrl-C)
 
+`--slurm` (`make rehearsal-slurm`): the testbed runs Slurm (`testbed up --slurm`) and the run is
+`rlbox run --backend slurm --nodes 4`: an allocation of the 4 nodes, the smoke job on them, scancel.
+RLBOX_REHEARSAL_TESTBED / RLBOX_REHEARSAL_SUBNET name another testbed and subnet.
+
 Prints the time rlbox takes to deliver the image to the hosts apart from the time to a ready cluster. Where
 namespaces are not available (no root, no iproute2), says so in one line and names
 `make rehearsal-sim`, the simulation on this machine's one engine.
@@ -14,6 +18,7 @@ namespaces are not available (no root, no iproute2), says so in one line and nam
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +27,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 NAME, SUBNET, ROOT = "rhs", "10.201.5.0/24", "/var/lib/rlbox-testbed"
+SLURM = "--slurm" in sys.argv[1:]
+if SLURM:
+    NAME, SUBNET = "rhsl", "10.201.6.0/24"
+NAME = os.environ.get("RLBOX_REHEARSAL_TESTBED", NAME)
+SUBNET = os.environ.get("RLBOX_REHEARSAL_SUBNET", SUBNET)
 
 
 def rlbox(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
@@ -43,7 +53,8 @@ def main() -> int:
     if Path(ROOT, NAME, "testbed.json").exists():  # left by a killed rehearsal
         rlbox("testbed", "down", "--name", NAME, capture=True)
     started = time.monotonic()
-    up = rlbox("testbed", "up", "--hosts", "4", "--hardware", "a3", "--name", NAME, "--subnet", SUBNET, capture=True)
+    up = rlbox("testbed", "up", "--hosts", "4", "--hardware", "a3", "--name", NAME, "--subnet", SUBNET,
+               *(["--slurm"] if SLURM else []), capture=True)
     sys.stderr.write(up.stderr)
     code, ready, run_seconds, delivered = 1, None, float("nan"), float("nan")
     record = {"up_seconds": float("nan")}
@@ -57,7 +68,8 @@ def main() -> int:
         if deliver.returncode != 0:
             return deliver.returncode
         run_started = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", "--cluster", record["cluster_file"],
+        backend = ["--backend", "slurm", "--nodes", "4", "--time", "10"] if SLURM else []
+        proc = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", *backend, "--cluster", record["cluster_file"],
                                  "--image", image, "--smoke-test", "--name", "rehearsal"], cwd=REPO, text=True,
                                 stderr=subprocess.PIPE)
         ready = None
@@ -72,7 +84,7 @@ def main() -> int:
         down_started = time.monotonic()
         down = rlbox("testbed", "down", "--name", NAME, capture=True)
         sys.stderr.write(down.stderr)
-    print(f"rehearsal: 4 hosts up in {record['up_seconds']:.1f} s | image delivered to 4 hosts by rlbox distribute "
+    print(f"rehearsal{' (slurm)' if SLURM else ''}: 4 hosts up in {record['up_seconds']:.1f} s | image delivered to 4 hosts by rlbox distribute "
           f"in {delivered:.1f} s | cluster ready (64 NPUs) in {ready if ready is not None else float('nan'):.1f} s "
           f"| smoke job exit {code}, run {run_seconds:.1f} s | testbed down in {time.monotonic() - down_started:.1f} s "
           f"| total {time.monotonic() - started:.1f} s")

@@ -8,9 +8,8 @@ from pathlib import Path
 import click
 
 from rlbox.cli.common import INT32, MAX_RESTARTS, NAME, SECONDS, IntRange, err
-from rlbox.cluster import jobs, k8s_apply, launch, recipes
-from rlbox.cluster.preflight import checks
-from rlbox.core import engine
+from rlbox.backends import kuberay
+from rlbox.cluster import launch
 from rlbox.core.config import CLUSTER_NODES
 from rlbox.core.errors import RlboxError
 
@@ -23,33 +22,6 @@ SCHEDULER = click.option("--scheduler", type=click.Choice(["default", "volcano"]
 QUEUE = click.option("--queue", help="Volcano queue (backend kuberay, with --scheduler volcano).")
 DEADLINE = click.option("--deadline", type=IntRange(1, INT32), metavar="SECONDS", help="Seconds the whole job may take (backend kuberay: "
                         "activeDeadlineSeconds; default: none).")
-
-
-def plan_kuberay(req: launch.RunRequest, k8s_profile, scheduler, queue, timeout, deadline):
-    return launch.prepare_kuberay(req, k8s_profile, scheduler=scheduler, queue=queue, timeout=timeout,
-                                  deadline=deadline)
-
-
-def validated(plan, *, recipe, verl_version, verl_config, no_validate) -> None:
-    """The verl job checked against the verl that will run, as before a --hosts run."""
-    if no_validate or plan.job is None or not jobs.is_verl(list(plan.job.argv)):
-        return
-    rec = recipes.load(recipe) if recipe else None
-    tree = checks.tree_for_validation(image=plan.image_ref or plan.manifest["spec"]["rayClusterSpec"]["headGroupSpec"]
-                                      ["template"]["spec"]["containers"][0]["image"],
-                                      verl_version=verl_version, verl_config=verl_config, recipe=rec,
-                                      client_factory=engine.local_client)
-    err.print(f"rlbox: {checks.validate_rayjob(plan, tree, warn=lambda line: err.print(f'rlbox: {line}', markup=False))}",
-              markup=False)
-
-
-def submit(plan) -> None:
-    """`rlbox run --backend kuberay` without --dry-run: apply, then say how to follow it."""
-    answer = k8s_apply.apply(plan)
-    for line in [answer, *plan.summary(),
-                 f"follow: kubectl get rayjob {plan.name} -n {plan.namespace} -w; "
-                 f"kubectl logs -n {plan.namespace} -l job-name={plan.name} -f"]:
-        err.print(f"rlbox: {line}", markup=False, highlight=False)
 
 
 @click.group("k8s")
@@ -98,8 +70,10 @@ def export_cmd(k8s_profile, output, nodes, image, hardware, devices, mounts, nic
                             env=list(envs), name=name, recipe=recipe, params=list(params), sets=list(sets),
                             smoke_test=smoke_test, command=list(command), cpus=cpus, max_restarts=max_restarts,
                             dry_run=True)
-    plan = plan_kuberay(req, k8s_profile, scheduler, queue, timeout, deadline)
-    validated(plan, recipe=recipe, verl_version=verl_version, verl_config=verl_config, no_validate=no_validate)
+    plan = kuberay.plan_kuberay(req, k8s_profile, scheduler, queue, timeout, deadline)
+    kuberay.validated(plan, recipe=recipe, verl_version=verl_version, verl_config=verl_config, no_validate=no_validate,
+                      echo=lambda line: err.print(f"rlbox: {line}", markup=False),
+                      warn=lambda line: err.print(f"rlbox: {line}", markup=False))
     if str(output) == "-":
         click.echo(plan.describe(), nl=False)
         return

@@ -10,24 +10,26 @@ from pathlib import Path
 import click
 from rich.text import Text
 
+from rlbox.backends import base
 from rlbox.cli import cmd_k8s
 from rlbox.core.config import CLUSTER_NODES
 from rlbox.cli.common import MAX_RESTARTS, NAME, RUNS_DIR, SECONDS, IntRange, err, out, table_of
-from rlbox.cluster import execute, launch
+from rlbox.cluster import launch
 from rlbox.cluster import sim as sim_hosts
 from rlbox.cluster.preflight import checks, doctor
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
-from rlbox.delivery import execute as deliver
-from rlbox.image import standins
-from rlbox.training import triage
 from rlbox.verl import outcome
 
 
 @click.command("run", context_settings={"ignore_unknown_options": False})
-@click.option("--backend", type=click.Choice(["hosts", "kuberay"]), default="hosts", show_default=True,
-              help="hosts: containers over ssh (--hosts/--cluster/--sim); kuberay: a KubeRay RayJob on --nodes pods "
-                   "(--k8s-profile; --dry-run prints the manifest, else `kubectl apply`).")
+@click.option("--backend", type=click.Choice(list(base.NAMES)), default="hosts", show_default=True,
+              help="hosts: containers over ssh (--hosts/--cluster/--sim); slurm: --nodes N from Slurm, then the hosts "
+                   "path on its nodes (--partition, --time; --dry-run prints the batch script and the per-node commands); "
+                   "kuberay: a KubeRay RayJob on --nodes pods (--k8s-profile; --dry-run prints the manifest, else `kubectl apply`).")
+@click.option("--partition", help="Slurm partition (backend slurm; default: the cluster file's slurm.partition, else Slurm's default).")
+@click.option("--time", "time_limit", metavar="T", help="Slurm time limit of the allocation (backend slurm): MINUTES, HH:MM:SS, D-HH:MM.")
+@click.option("--gres-npus", is_flag=True, help="Also ask Slurm for every node's NPUs as GRES npu:K (backend slurm).")
 @cmd_k8s.PROFILE
 @cmd_k8s.SCHEDULER
 @cmd_k8s.QUEUE
@@ -71,7 +73,7 @@ from rlbox.verl import outcome
 @click.option("--no-doctor", is_flag=True, help="Skip the per-node pre-flight checks (rlbox doctor).")
 @RUNS_DIR
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, envs, privileged, name, replace,
+def run_cmd(backend, partition, time_limit, gres_npus, k8s_profile, scheduler, queue, deadline, hosts, cluster_file, nodes, sim, image, hardware, devices, mounts, nic, envs, privileged, name, replace,
             recipe, params, sets, smoke_test, timeout, detach, keep, max_restarts, dry_run, sim_driver, cpus, nofile,
             verl_version, verl_config, no_validate, no_doctor, runs_dir, command):
     """Start the training container on every node, bring up Ray, run the job, tear down.
@@ -89,85 +91,36 @@ def run_cmd(backend, k8s_profile, scheduler, queue, deadline, hosts, cluster_fil
     rlbox run --hosts 10.0.0.1,10.0.0.2 --image verl_pt27_25rc3:a3-arm --mount /data \\
         -- python3 -m verl.trainer.main_ppo data.train_files=/data/train.parquet ...
     rlbox run --cluster cluster.yaml --recipe dapo-qwen3-32b-a3 --param model_path=/data/Qwen3-32B
+    rlbox run --backend slurm --cluster cluster.yaml --nodes 4 --partition npu --time 2:00:00 --smoke-test
     rlbox run --backend kuberay --k8s-profile site.yaml --recipe dapo-qwen3-32b-a3 --dry-run > dapo.yaml
     """
-    if backend == "kuberay":
-        if detach or keep or replace or no_doctor:
-            raise RlboxError("--detach, --keep, --replace and --no-doctor are for --backend hosts; a RayJob is "
-                             "followed with kubectl and removed by KubeRay (shutdownAfterJobFinishes)")
-        req = launch.RunRequest(hosts=hosts, cluster_file=cluster_file, nodes=nodes, sim=sim, image=image,
-                                hardware=None if hardware == "auto" else hardware, devices=devices, mounts=list(mounts),
-                                nic=nic, env=list(envs), privileged=privileged, name=name, recipe=recipe,
-                                params=list(params), sets=list(sets), smoke_test=smoke_test, command=list(command),
-                                sim_driver=sim_driver, cpus=cpus, nofile=nofile, dry_run=dry_run,
-                                max_restarts=max_restarts)
-        plan = cmd_k8s.plan_kuberay(req, k8s_profile, scheduler, queue, timeout, deadline)
-        if dry_run:
-            click.echo(plan.describe(), nl=False)
-            return
-        cmd_k8s.validated(plan, recipe=recipe, verl_version=verl_version, verl_config=verl_config,
-                          no_validate=no_validate)
-        cmd_k8s.submit(plan)
-        return
-    if k8s_profile or scheduler or queue or deadline:
-        raise RlboxError("--k8s-profile, --scheduler, --queue and --deadline go with --backend kuberay")
     req = launch.RunRequest(
         hosts=hosts, cluster_file=cluster_file, nodes=nodes, sim=sim, image=image, hardware=hardware,
         devices=devices, mounts=list(mounts), nic=nic, env=list(envs), privileged=privileged, name=name,
         recipe=recipe, params=list(params), sets=list(sets), smoke_test=smoke_test, command=list(command),
         runs_dir=runs_dir, sim_driver=sim_driver, cpus=cpus, nofile=nofile, dry_run=dry_run, max_restarts=max_restarts,
     )
-    plan, run_dir = launch.prepare(req)
+    opts = base.RunOptions(timeout=timeout, detach=detach, keep=keep, replace=replace, verl_version=verl_version,
+                           verl_config=verl_config, no_validate=no_validate, no_doctor=no_doctor,
+                           k8s_profile=k8s_profile, scheduler=scheduler, queue=queue, deadline=deadline,
+                           partition=partition, time=time_limit, gres_npus=gres_npus)
+    chosen = base.get(backend)
+    chosen.check_options(opts)
+    plan = chosen.plan(req, opts)
     if dry_run:
         click.echo(plan.describe(), nl=False)
         return
-
-    def echo(line: str) -> None:
-        err.print(f"rlbox: {line}")
-
-    def emit(text: str) -> None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-
-    standin = _standin_of(plan.image)
-    if standin:
-        err.print(f"rlbox: {standin}", markup=False, highlight=False)
-    before = checks.checks_before_start(plan, verl_version=verl_version, verl_config=verl_config,
-                                        run_validate=not no_validate, run_doctor=not no_doctor, replace=replace,
-                                        echo=echo, warn=lambda line: err.print(f"rlbox: {line}", markup=False))
-
-    def triage_after_failure(nodes, log_path):
-        echo("job failed: collecting logs from every node (rlbox triage)")
-        targets = [(f"node{n.index}", node.client, n.container.name) for n, node in zip(plan.nodes, nodes)]
-        report = triage.triage(name, run_dir, job_log=log_path, targets=targets,
-                               job_env=dict(plan.job.env) if plan.job else {})
-        for line in triage.render(report):
-            err.print(line, markup=False, highlight=False)
-        return triage.retryable(report)
-
-    outcome = execute.execute(plan, run_dir=run_dir, echo=echo, emit=emit, timeout=timeout, replace=replace,
-                              detach=detach, keep=keep, before=before, on_failure=triage_after_failure,
-                              max_restarts=plan.max_restarts, tty=err.is_terminal,
-                              deliver=deliver.ensure)
-    if detach and outcome.status == "RUNNING" and outcome.log_path:  # the log kept here from its first second
-        from rlbox.cluster import follower
-
-        pid = follower.start(runs_dir, name, outcome.log_path)
-        echo(f"detached: the job's log is kept in {outcome.log_path} by a follower (pid {pid}) until the job ends, "
-             f"even if the head dies; `rlbox logs -f --name {name}`, `rlbox stop --name {name}`")
-    if outcome.exit_code:
-        raise RlboxError(f"job of run '{name}' {outcome.ended or f'{outcome.status} with exit code {outcome.exit_code}'}; "
-                         f"log: {outcome.log_path}", exit_code=outcome.exit_code)
+    chosen.submit(plan, req, opts, base.Io(
+        echo=lambda line: err.print(f"rlbox: {line}"),
+        emit=_emit,
+        warn=lambda line: err.print(f"rlbox: {line}", markup=False, highlight=False),
+        line=lambda line: err.print(line, markup=False, highlight=False),
+        tty=err.is_terminal))
 
 
-def _standin_of(image: str) -> str | None:
-    """'stand-in: ...' when the image (on the local engine, as --sim uses) carries a named stand-in
-    (rlbox build --standin), so a run on it is never mistaken for one on the release."""
-    try:
-        labels = engine.local_client().images.get(image).labels or {}
-    except Exception:  # noqa: BLE001 - not on this engine (remote hosts) or no engine: nothing to say
-        return None
-    return standins.describe_labels(labels)
+def _emit(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 @click.command("validate")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from rlbox.backends import base
 from rlbox.cli.common import NAME, RUNS_DIR, err, out, table_of
 from rlbox.cluster import state as run_state
 from rlbox.cluster import watch
@@ -170,6 +171,11 @@ def stop_cmd(name, runs_dir):
     if kept:
         err.print(f"rlbox: warning: the job's log could not be copied before the stop ({kept})", markup=False)
     click.echo(f"run {name}: removed {removed} container(s) on {len(nodes)} node(s)")
+    run_dir = run_state.state_path(runs_dir, name).parent
+    if base.of_run(run_dir) != "hosts":  # the run's allocation (slurm: scancel)
+        base.get(base.of_run(run_dir)).stop(runs_dir, name, base.Io(
+            echo=lambda line: err.print(f"rlbox: {line}", markup=False), emit=click.echo,
+            warn=lambda line: err.print(f"rlbox: {line}", markup=False), line=click.echo))
     try:
         ended = {}
         if state.phase in LIVE:  # the run did not end by itself: the record says how it did

@@ -56,15 +56,17 @@ def testbed_group():
 @click.option("--host-devices", multiple=True, metavar="HOST=N", help="Give host HOST (1-based) N NPUs instead of the hardware's.")
 @click.option("--host-driver", multiple=True, metavar="HOST=VERSION", help="Give host HOST another driver version.")
 @click.option("--image", help="An image on this machine's engine to load into every host (and name in the cluster file): an image reference, NAME[:TAG][@DIGEST].")
+@click.option("--slurm", is_flag=True, help="Also run Slurm (Debian's slurm-wlm): munged on every host, slurmctld on host 1, "
+              "slurmd on every host, the NPU stand-ins as GRES npu; the cluster file names host 1 as the login node.")
 @click.option("--dry-run", is_flag=True, help="Print every step and process of the bring-up; make nothing.")
-def up_cmd(hosts, hardware, name, subnet, root, driver, host_devices, host_driver, image, dry_run):
+def up_cmd(hosts, hardware, name, subnet, root, driver, host_devices, host_driver, image, slurm, dry_run):
     """Bring a testbed up and write its cluster file (printed on stdout).
 
     A host is up once root logs in to it with the testbed's key; a --root under which sshd
     would refuse that key (a folder above it writable by others, as /tmp) is refused first."""
     plan = tbplan.plan_testbed(hosts=hosts, hardware=hardware, name=name, subnet=subnet, root=root, driver=driver,
                                image=image, host_devices=tuple(host_devices), host_driver=tuple(host_driver),
-                               nofile=_hard_nofile())
+                               nofile=_hard_nofile(), slurm=slurm)
     if dry_run:
         click.echo(plan.describe(), nl=False)
         return

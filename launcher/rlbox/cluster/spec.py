@@ -119,6 +119,8 @@ class ClusterSpec:
     mounts: tuple[Mount, ...] = ()
     source: str = "--hosts"
     nofile: int | None = None  # the open-files limit of the nodes' containers (the hosts' hard limit)
+    slurm_login: str | None = None  # the cluster file's slurm.login: where Slurm's commands run (--backend slurm)
+    slurm_partition: str | None = None
 
     @property
     def nodes(self) -> int:
@@ -200,9 +202,21 @@ class _HostEntry(BaseModel):
         return v
 
 
+class _SlurmEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    login: str | None = None  # where sbatch/squeue/scancel run (over ssh, as the hosts); none: this machine
+    partition: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+
+    @field_validator("login")
+    @classmethod
+    def _login(cls, v: str | None) -> str | None:
+        return None if v is None else _host_value(v)
+
+
 class _ClusterFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     image: reference.ImageRef | None = None
+    slurm: _SlurmEntry | None = None
     hardware: str = "auto"
     ssh: _Ssh = _Ssh()
     mounts: list[str] = Field(default_factory=list)
@@ -302,7 +316,8 @@ def _from_yaml(path: Path, data: dict[str, Any]) -> ClusterSpec:
             )
         )
     return _checked(ClusterSpec(tuple(hosts), image=doc.image, hardware=doc.hardware, mounts=mounts, source=str(path),
-                                nofile=doc.nofile))
+                                nofile=doc.nofile, slurm_login=doc.slurm.login if doc.slurm else None,
+                                slurm_partition=doc.slurm.partition if doc.slurm else None))
 
 
 def host_key(h: Host) -> tuple[str, int]:

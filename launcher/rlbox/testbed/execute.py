@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rlbox.core.errors import RlboxError
 from rlbox.testbed import plan as tbplan
+from rlbox.testbed import slurm, slurm_up
 from rlbox.testbed import trust
 from rlbox.testbed.look import alive as _alive
 from rlbox.testbed.look import host_facts, host_init, in_host, link_kinds, look, machine, netns_list, root_name
@@ -130,6 +131,8 @@ def up(plan: TestbedPlan, echo: Echo, *, load_image: Callable[[TestbedState, Ech
     """Bring the testbed up (its record first, so `down` finds whatever exists); on any failure or
     Ctrl-C take down what was made and raise."""
     requirements()
+    if plan.slurm:
+        slurm_up.requirements()
     _conflicts(plan)
     strict_modes(plan)
     started = time.monotonic()
@@ -161,6 +164,8 @@ def up(plan: TestbedPlan, echo: Echo, *, load_image: Callable[[TestbedState, Ech
         _, errors = _parallel(lambda h: prove_login(plan, h), plan.hosts)
         if errors:
             raise errors[0]
+        if plan.slurm:
+            slurm_up.start(slurm.plan_slurm(plan, cpus=os.cpu_count() or 1), {i: p[1] for i, p in pids.items()}, echo)
         Path(plan.cluster_file).write_text(plan.cluster_yaml())
         up_seconds = round(time.monotonic() - started, 2)
         echo(f"{len(plan.hosts)} host(s) up in {up_seconds:.1f} s: "

@@ -180,6 +180,7 @@ class TestbedPlan:
     hosts: tuple[HostPlan, ...]
     image: str | None = None
     nofile: int = 65536  # the node containers' open-files limit (the cluster file's nofile:)
+    slurm: bool = False  # munged + slurmctld on host 1, slurmd on every host (testbed.slurm)
 
     __test__ = False  # not a pytest class
 
@@ -240,8 +241,10 @@ class TestbedPlan:
             lines.append(f"image: {self.image}")
         lines += [f"hardware: {self.hardware}",
                   f"nofile: {self.nofile}  # this machine's hard open-files limit, which every host shares",
-                  f"ssh: {{user: root, identity_file: {self.identity_file}, known_hosts: {self.known_hosts}}}",
-                  "hosts:"]
+                  f"ssh: {{user: root, identity_file: {self.identity_file}, known_hosts: {self.known_hosts}}}"]
+        if self.slurm:  # `rlbox run --backend slurm` runs sbatch/squeue/scancel on host 1, the login node
+            lines.append(f"slurm: {{login: {self.hosts[0].address}, partition: rlbox}}")
+        lines.append("hosts:")
         lines += [f"  - host: {h.address}" for h in self.hosts]
         return "\n".join(lines) + "\n"
 
@@ -249,7 +252,7 @@ class TestbedPlan:
         return {"name": self.name, "root": self.root, "subnet": self.subnet, "bridge": self.bridge,
                 "gateway": self.gateway, "hardware": self.hardware, "image": self.image, "nofile": self.nofile,
                 "network": self.network_steps(), "hosts": [h.as_dict() for h in self.hosts],
-                "cluster_file": self.cluster_file, "cluster_yaml": self.cluster_yaml()}
+                "cluster_file": self.cluster_file, "cluster_yaml": self.cluster_yaml(), "slurm": self.slurm}
 
     def describe(self) -> str:
         """What `rlbox testbed up --dry-run` prints: every step and process, in order."""
@@ -261,6 +264,10 @@ class TestbedPlan:
             out += ["", first,
                     f"#   stand-ins: cluster.sim.write_stand_ins({h.dir}/stand-ins, {self.hardware}, {h.devices}, {h.driver})",
                     *rest]
+        if self.slurm:
+            from rlbox.testbed.slurm import plan_slurm
+
+            out += ["", *plan_slurm(self).describe().splitlines()]
         if self.image:
             out += ["", f"# image {shlex.quote(self.image)}: docker save | docker -H unix://HOSTDIR/docker.sock load, "
                         "on every host"]
@@ -335,7 +342,7 @@ def check_driver(value: str, where: str) -> str:
 def plan_testbed(*, hosts: int, hardware: str, name: str = DEFAULT_NAME, subnet: str = DEFAULT_SUBNET,
                  root: str = DEFAULT_ROOT, driver: str = DEFAULT_DRIVER, image: str | None = None,
                  host_devices: tuple[str, ...] = (), host_driver: tuple[str, ...] = (),
-                 nofile: int = 65536) -> TestbedPlan:
+                 nofile: int = 65536, slurm: bool = False) -> TestbedPlan:
     check_name(name)
     if hardware not in sim.CHIPS:
         raise RlboxError(f"--hardware {hardware}: choose a2, a3 or ax")
@@ -360,7 +367,7 @@ def plan_testbed(*, hosts: int, hardware: str, name: str = DEFAULT_NAME, subnet:
                            prefixlen=net.prefixlen, gateway=gateway, dir=f"{folder}/h{i}",
                            devices=devices.get(i, DEVICES[hardware]), driver=drivers.get(i, driver))
                   for i in range(1, hosts + 1))
-    return TestbedPlan(name, root.rstrip("/"), str(net), hardware, plans, image, min(nofile, 65536))
+    return TestbedPlan(name, root.rstrip("/"), str(net), hardware, plans, image, min(nofile, 65536), slurm)
 
 
 def stand_ins(plan: TestbedPlan, host: HostPlan) -> Path:

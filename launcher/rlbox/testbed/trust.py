@@ -91,7 +91,7 @@ def holder_of(procs: list[Proc], host_dir: str, machine: Machine) -> int | None:
 
 # What `up` puts in ROOT/NAME (and nothing else): `down` deletes a folder holding only these.
 MADE_BY_UP = re.compile(r"^(testbed\.json|testbed\.tmp|id_ed25519(\.pub)?|authorized_keys|known_hosts|cluster(-[0-9-]+)?\.yaml"
-                        r"|h[1-9][0-9]?)$")
+                        r"|h[1-9][0-9]?|slurm)$")
 
 
 def made_by_up(entry: str, name: str) -> bool:

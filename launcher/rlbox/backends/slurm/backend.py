@@ -1,0 +1,132 @@
+"""`rlbox run --backend slurm`: ask Slurm for N whole nodes (``--gres-npus``: and their NPUs as
+GRES npu), then run the hosts path on exactly the nodes it gives, in its order (Ray's head on the
+first), while the allocation is held; end it (`scancel`) when the run ends. Slurm ending the
+allocation (its time limit, a cancel) or marking a node DOWN ends the run with one line."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from rlbox.backends import hosts as hosts_backend
+from rlbox.backends.base import Backend, Io, RunOptions
+from rlbox.backends.slurm import execute as sx
+from rlbox.backends.slurm import plan as sp
+from rlbox.cluster import launch
+from rlbox.cluster import spec as cluster
+from rlbox.core import names as run_names
+from rlbox.core.errors import RlboxError
+
+
+@dataclass(frozen=True)
+class Planned:
+    slurm: sp.SlurmPlan
+    spec: cluster.ClusterSpec | None
+
+    def describe(self) -> str:
+        return self.slurm.describe()
+
+
+def derived_cluster(spec: cluster.ClusterSpec | None, source: Path | None, picked: list[str]) -> str:
+    """The cluster file of the run's nodes: the given file's settings, its hosts narrowed to (and
+    ordered as) PICKED; without a file, the nodes by name with ssh's defaults."""
+    if spec is None or source is None:
+        return yaml.safe_dump({"hosts": [{"host": h} for h in picked]}, sort_keys=False)
+    data = yaml.safe_load(source.read_text())
+    if not isinstance(data, dict):  # a hostfile
+        return yaml.safe_dump({"hosts": [{"host": h} for h in picked]}, sort_keys=False)
+    by_name = {str(e["host"]).split("@")[-1].split(":")[0] if isinstance(e, dict) else str(e): e for e in data["hosts"]}
+    data.pop("slurm", None)
+    data["hosts"] = [by_name.get(h, {"host": h}) for h in picked]
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _node_plan(req: launch.RunRequest, spec, names: list[str]):
+    with tempfile.TemporaryDirectory(prefix="rlbox-slurm-plan-") as tmp:
+        path = Path(tmp) / "nodes.yaml"
+        path.write_text(derived_cluster(spec, req.cluster_file, names))
+        plan, _ = launch.prepare(replace(req, cluster_file=path, hosts=None, nodes=len(names), dry_run=True))
+    return plan
+
+
+class SlurmBackend(Backend):
+    name = "slurm"
+    options = frozenset({"--partition", "--time", "--gres-npus", "--replace", "--no-doctor"})
+
+    def plan(self, req: launch.RunRequest, opts: RunOptions) -> Planned:
+        if req.hosts or req.sim:
+            raise RlboxError("--backend slurm takes its nodes from Slurm: give --nodes N (and --cluster FILE for ssh "
+                             "settings and the login node), not --hosts or --sim")
+        if not req.nodes:
+            raise RlboxError("--backend slurm: give --nodes N (how many nodes to ask Slurm for)")
+        run_names.check(req.name, "--name")
+        spec = cluster.from_file(req.cluster_file) if req.cluster_file else None
+        if spec is not None and spec.nodes >= req.nodes:
+            shown = [h.name for h in spec.hosts[:req.nodes]]
+        else:
+            shown = [f"slurm-node{i}" for i in range(1, req.nodes + 1)]
+        nodes = _node_plan(req, spec, shown)
+        slurm = sp.plan_slurm(name=req.name, nodes=req.nodes, partition=opts.partition or (spec.slurm_partition if spec else None),
+                              time=opts.time, npus=nodes.npus_per_node if opts.gres_npus else None,
+                              login=spec.slurm_login if spec else None,
+                              node_commands=f"# (shown on {', '.join(shown)}: the nodes Slurm gives take their places)\n" + "\n".join(f"#   {line}" if line and not line.startswith("#") else line
+                                                      for line in nodes.describe().splitlines()))
+        return Planned(slurm, spec)
+
+    def submit(self, planned: Planned, req: launch.RunRequest, opts: RunOptions, io: Io) -> None:
+        plan, spec = planned.slurm, planned.spec
+        run_dir = run_names.inside(req.runs_dir, req.name, what="--name")
+        slurm = sx.Slurm(sx.login_host(spec))
+        job, nodelist = sx.allocate(slurm, plan, run_dir, opts.timeout, io.echo)
+        watch = None
+        try:
+            names, addrs = sx.nodes_of(slurm, plan, nodelist)
+            listed = [h.name for h in spec.hosts] if spec else list(addrs.values())
+            picked = [listed[i] for i in sp.map_nodes(names, addrs, listed)]
+            io.echo(f"slurm: job {job} runs on {', '.join(f'{n} ({h})' for n, h in zip(names, picked))}; "
+                    f"Ray's head on {names[0]}")
+            nodes_file = run_dir / "slurm-nodes.yaml"
+            nodes_file.write_text(derived_cluster(spec, req.cluster_file, picked))
+            record = json.loads(sx.record_path(run_dir).read_text()) | {"nodelist": nodelist, "nodes_of_job": names,
+                                                                      "hosts": picked}
+            sx.record_path(run_dir).write_text(json.dumps(record) + "\n")
+            hreq = replace(req, cluster_file=nodes_file, hosts=None, nodes=len(picked))
+            hplan, hrun_dir = launch.prepare(hreq)
+            watch = sx.Watch(slurm, plan, job, names)
+            watch.start()
+            try:
+                outcome = hosts_backend.run_plan(hplan, hrun_dir, hreq, replace(opts, detach=False, keep=False), io)
+            except RlboxError as err:
+                if watch.ended:
+                    raise RlboxError(f"{watch.ended} (run '{req.name}': every node was cleaned up)", exit_code=2) from None
+                raise
+            if watch.ended and outcome.exit_code:
+                raise RlboxError(f"{watch.ended} (run '{req.name}')", exit_code=2)
+            if outcome.exit_code:
+                raise RlboxError(f"job of run '{req.name}' {outcome.ended or f'{outcome.status} with exit code {outcome.exit_code}'}; "
+                                 f"log: {outcome.log_path}", exit_code=outcome.exit_code)
+        finally:
+            if watch is not None:
+                watch.done.set()
+            why = sx.cancel(slurm, job)
+            io.echo(f"slurm: job {job} ended (scancel)" if why is None else f"slurm: scancel {job}: {why}")
+
+    def stop(self, runs_dir: Path, name: str, io: Io) -> None:
+        """scancel the run's allocation (its containers are removed by `rlbox stop` as for hosts)."""
+        run_dir = run_names.inside(runs_dir, name, what="--name")
+        record = json.loads(sx.record_path(run_dir).read_text())
+        spec = None
+        nodes_file = run_dir / "slurm-nodes.yaml"
+        login = record.get("login")
+        if login:
+            spec = cluster.from_file(nodes_file) if nodes_file.exists() else None
+            spec = replace(spec, slurm_login=login) if spec else cluster.ClusterSpec((cluster.Host(name=login),), slurm_login=login)
+        why = sx.cancel(sx.Slurm(sx.login_host(spec)), str(record["job"]))
+        io.echo(f"slurm: job {record['job']} cancelled (scancel)" if why is None else f"slurm: scancel {record['job']}: {why}")
+
+
+BACKEND = SlurmBackend()

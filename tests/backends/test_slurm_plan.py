@@ -1,0 +1,147 @@
+"""The Slurm backend's planning and judgements, as tables over Slurm's own answers (the texts
+below are what Debian's slurm-wlm 22.05 said on the testbed): a wrong partition, more nodes than
+the cluster has, a dead controller each give one line naming it."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from rlbox.backends.slurm import plan as sp
+from rlbox.core.errors import RlboxError
+
+SINFO = "rlbox* 4 up\nbig 2 up\nold 1 down\n"
+
+
+def _plan(**kw):
+    return sp.plan_slurm(**({"name": "verl", "nodes": 2, "partition": None, "time": None} | kw))
+
+
+def test_batch_script_quotes_every_value_and_holds_the_nodes():
+    plan = _plan(name="sl-a", nodes=4, partition="npu", time="2:00:00", npus=16, login="10.0.0.1")
+    script = plan.batch_script()
+    assert "#SBATCH --nodes=4" in script and "#SBATCH --partition=npu" in script and "#SBATCH --gres=npu:16" in script
+    assert "#SBATCH --time=2:00:00" in script and "#SBATCH --exclusive" in script
+    assert plan.sbatch_argv()[:2] == ["sbatch", "--parsable"] and "--job-name=rlbox-sl-a" in plan.sbatch_argv()
+    for line in script.splitlines():
+        if line.startswith("echo "):
+            assert shlex.split(line)[1] == "rlbox run sl-a: nodes"
+    described = plan.describe()
+    assert "on 10.0.0.1 (ssh)" in described and script.splitlines()[0] in described
+
+
+@pytest.mark.parametrize("kw, line", [
+    ({"nodes": None}, "--backend slurm: give --nodes N"),
+    ({"partition": "a b"}, "--partition 'a b': a partition name is letters"),
+    ({"partition": "$(reboot)"}, "--partition '$(reboot)'"),
+    ({"time": "soon"}, "--time 'soon': Slurm's time format"),
+    ({"time": "1;rm"}, "--time '1;rm'"),
+])
+def test_bad_options_are_one_line(kw, line):
+    with pytest.raises(RlboxError) as e:
+        _plan(**kw)
+    assert str(e.value).startswith(line) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("time", ["10", "30:00", "2:00:00", "1-12", "1-12:30", "1-12:30:00", "INFINITE"])
+def test_slurm_time_formats(time):
+    assert _plan(time=time).time == time
+
+
+@pytest.mark.parametrize("kw, rc, out, err, answer", [
+    ({}, 0, SINFO, "", "rlbox"),
+    ({"partition": "big"}, 0, SINFO, "", "big"),
+    ({"nodes": 4}, 0, SINFO, "", "rlbox"),
+    ({"partition": "nope"}, 0, SINFO, "", "--partition nope: Slurm has no such partition (it has big, old, rlbox)"),
+    ({"nodes": 5}, 0, SINFO, "", "--nodes 5: partition rlbox has 4 node(s)"),
+    ({"partition": "big", "nodes": 3}, 0, SINFO, "", "--nodes 3: partition big has 2 node(s)"),
+    ({"partition": "old", "nodes": 1}, 0, SINFO, "", "--partition old: the partition is down, not up"),
+    ({}, 1, "", "slurm_load_partitions: Unable to contact slurm controller (connect failure)\n",
+     "slurm: the controller does not answer on this machine (slurm_load_partitions: Unable to contact slurm controller "
+     "(connect failure)); is slurmctld running?"),
+    ({}, 0, "big 2 up\n", "", "slurm: no default partition; give --partition (big)"),
+])
+def test_partitions(kw, rc, out, err, answer):
+    plan = _plan(**kw)
+    if answer in ("rlbox", "big"):
+        assert sp.judge_partitions(rc, out, err, plan) == answer
+        return
+    with pytest.raises(RlboxError) as e:
+        sp.judge_partitions(rc, out, err, plan)
+    assert str(e.value) == answer
+
+
+@pytest.mark.parametrize("kw, rc, out, err, answer", [
+    ({}, 0, "42\n", "", "42"),
+    ({}, 0, "42;cluster\n", "", "42"),
+    ({"partition": "nope"}, 1, "", "sbatch: error: invalid partition specified: nope\n"
+     "sbatch: error: Batch job submission failed: Invalid partition name specified\n",
+     "--partition nope: Slurm has no such partition (sbatch: error: Batch job submission failed: Invalid partition name specified)"),
+    ({"npus": 17}, 1, "", "sbatch: error: Batch job submission failed: Requested node configuration is not available\n",
+     "--nodes 2 with npu:17 each: the cluster cannot give that (sbatch: error: Batch job submission failed: Requested node "
+     "configuration is not available)"),
+    ({}, 1, "", "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n",
+     "slurm: the controller does not answer on this machine (sbatch: error: Batch job submission failed: Unable to contact "
+     "slurm controller (connect failure)); is slurmctld running?"),
+    ({}, 1, "", "sbatch: error: something new\n", "slurm: sbatch refused the job: sbatch: error: something new"),
+])
+def test_sbatch_answers(kw, rc, out, err, answer):
+    plan = _plan(**kw)
+    if answer.isdigit():
+        assert sp.judge_sbatch(rc, out, err, plan) == answer
+        return
+    with pytest.raises(RlboxError) as e:
+        sp.judge_sbatch(rc, out, err, plan)
+    assert str(e.value) == answer
+
+
+@pytest.mark.parametrize("line, answer", [
+    ("RUNNING|None|h[1-2]", ("running", "h[1-2]")),
+    ("PENDING|Resources|", ("waiting", None)),
+    ("PENDING|Priority|", ("waiting", None)),
+    ("CONFIGURING|None|h1", ("waiting", None)),
+    ("PENDING|PartitionNodeLimit|", "--nodes 2: Slurm will never start job 7: more nodes than the partition allows (PartitionNodeLimit)"),
+    ("PENDING|PartitionDown|", "--partition (the default): Slurm will never start job 7: the partition is down (PartitionDown)"),
+    ("", "slurm: job 7 of run verl is gone from the queue (cancelled or ended)"),
+    ("CANCELLED|None|", "slurm: job 7 of run verl is CANCELLED before it ran (None)"),
+])
+def test_queue_answers(line, answer):
+    if isinstance(answer, tuple):
+        assert sp.judge_queue(line, _plan(), "7") == answer
+        return
+    with pytest.raises(RlboxError) as e:
+        sp.judge_queue(line, _plan(), "7")
+    assert str(e.value) == answer
+
+
+@pytest.mark.parametrize("state, answer", [
+    ("RUNNING\n", None),
+    ("TIMEOUT\n", "slurm: job 7: Slurm's time limit (--time 1) ended the allocation; the run is torn down"),
+    ("CANCELLED\n", "slurm: job 7: the allocation was cancelled (scancel); the run is torn down"),
+    ("NODE_FAIL\n", "slurm: job 7: a node of the allocation failed; the run is torn down"),
+    ("", "slurm: job 7: the allocation is gone from the queue; the run is torn down"),
+    ("COMPLETING\n", "slurm: job 7: the allocation is COMPLETING; the run is torn down"),
+])
+def test_allocation_end(state, answer):
+    assert sp.judge_ended(state, _plan(time="1"), "7") == answer
+
+
+@pytest.mark.parametrize("sinfo, answer", [
+    ("h1 allocated\nh2 allocated\n", None),
+    ("h1 allocated\nh2 down*\n", "slurm: node h2 is DOWN* (Slurm: not responding)"),
+    ("h1 allocated*\nh2 allocated\n", "slurm: node h1 is ALLOCATED* (Slurm: not responding)"),
+    ("h1 down\nh2 allocated\n", "slurm: node h1 is DOWN (Slurm: down)"),
+    ("h1 draining\nh2 allocated\n", None),
+    ("h3 down*\n", None),
+])
+def test_node_states(sinfo, answer):
+    assert sp.judge_nodes(sinfo, ["h1", "h2"]) == answer
+
+
+def test_nodes_map_to_hosts_by_address_then_name():
+    hosts = ["10.0.0.1", "10.0.0.2", "n3"]
+    assert sp.map_nodes(["h2", "n3"], {"h2": "10.0.0.2", "n3": "n3"}, hosts) == [1, 2]
+    with pytest.raises(RlboxError) as e:
+        sp.map_nodes(["h9"], {"h9": "10.0.0.9"}, hosts)
+    assert str(e.value) == "slurm: node h9 (NodeAddr 10.0.0.9) is in no host of the cluster file (10.0.0.1, 10.0.0.2, n3)"
