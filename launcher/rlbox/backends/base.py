@@ -19,7 +19,11 @@ Echo = Callable[[str], None]
 
 
 class Plan(Protocol):
+    """rlbox.core.plan.Plan: what --dry-run prints, and the same as JSON-ready data."""
+
     def describe(self) -> str: ...
+
+    def as_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,11 @@ class SlurmPlan:
     def client_argv(self, h: HostPlan, init_pid: int | str, *command: str) -> list[str]:
         return [*h.enter(init_pid), *command]
 
+    def as_dict(self) -> dict:
+        return {"testbed": self.testbed.name, "dir": self.dir, "controller": self.controller.name, "partition": PARTITION,
+                "cpus": self.cpus, "memory_mb": self.memory_mb, "slurm_conf": self.slurm_conf(),
+                "gres_conf": self.gres_conf()}
+
     def describe(self) -> str:
         out = [f"# slurm: munged on every host, slurmctld on {self.controller.name} ({self.controller.address}), "
                f"slurmd on every host; partition {PARTITION}; files in {self.dir}",

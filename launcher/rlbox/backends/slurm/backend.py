@@ -30,6 +30,9 @@ class Planned:
     def describe(self) -> str:
         return self.slurm.describe()
 
+    def as_dict(self) -> dict:
+        return self.slurm.as_dict()
+
 
 def derived_cluster(spec: cluster.ClusterSpec | None, source: Path | None, picked: list[str]) -> str:
     """The cluster file of the run's nodes: the given file's settings, its hosts narrowed to (and
