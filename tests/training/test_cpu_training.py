@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -109,7 +110,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_verl_trains_with_vllm_loses_a_node_resumes_merges_serves_and_reports(bed, cpu_image, shared, runs, tmp_path):
+def served(bed, image: str, model: Path, name: str, runs: Path) -> str:
+    """`rlbox serve MODEL --cluster` on host 1 (vLLM's OpenAI server as an NPU node gets it, plus the CPU
+    build's memory fraction); its endpoint."""
+    port = free_port()
+    proc = rlbox("serve", str(model), "--cluster", bed.cluster(*HOSTS), "--image", image, "--tp", "1",
+                 "--max-model-len", "1024", "--gpu-memory-utilization", "0.05", "--port", str(port),
+                 "--served-model-name", "tiny", "--name", name, "--runs-dir", str(runs), "--timeout", "900")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    url = proc.stdout.strip().splitlines()[-1]
+    assert url == f"http://{bed.address(1)}:{port}/v1", proc.stdout
+    return url
+
+
+def evaluated(url: str, label: str, runs: Path, datasets: Path, ais_bench: Path, out: Path) -> dict:
+    """The real AISBench (`rlbox eval`) on the shipped GSM8K sample against ``url``; rlbox's result."""
+    proc = rlbox("eval", label, "--dataset", "gsm8k", "--repeat", "1", "--endpoint", url.removesuffix("/v1"),
+                 "--max-seq-len", "512", "--max-out-len", "32", "--batch-size", "8", "--temperature", "0",
+                 "--ais-bench", str(ais_bench), "--ais-datasets", str(datasets), "--runs-dir", str(runs), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_verl_trains_with_vllm_loses_a_node_resumes_merges_serves_and_reports(bed, cpu_image, shared, runs, tmp_path,
+                                                                              ais_bench):
     name = f"{PREFIX}train"
     timings: dict[str, float] = {}
     started = time.monotonic()
@@ -169,29 +193,41 @@ def test_verl_trains_with_vllm_loses_a_node_resumes_merges_serves_and_reports(be
     assert (hf / "config.json").is_file()
 
     # vLLM's OpenAI server on the merged model, on host 1, as `rlbox serve` runs it on an NPU node (plus the CPU
-    # build's memory fraction), answering /v1/completions; its log kept when it stops
-    started = time.monotonic()
-    port = free_port()
-    served = rlbox("serve", str(hf), "--cluster", bed.cluster(*HOSTS), "--image", cpu_image, "--tp", "1",
-                   "--max-model-len", "512", "--gpu-memory-utilization", "0.05", "--port", str(port),
-                   "--served-model-name", "tiny-after-rl", "--name", f"{PREFIX}serve", "--runs-dir", str(runs),
-                   "--timeout", "900")
-    try:
-        assert served.returncode == 0, served.stderr[-3000:]
-        timings["serve: ready"] = time.monotonic() - started
-        url = served.stdout.strip().splitlines()[-1]
-        assert url == f"http://{bed.address(1)}:{port}/v1", served.stdout
-        answer = requests.post(f"{url}/completions", json={"model": "tiny-after-rl", "prompt": "2 + 3 =", "max_tokens": 8,
-                                                            "temperature": 0}, timeout=120)
-        assert answer.status_code == 200, answer.text[:500]
-        body = answer.json()
-        assert body["model"] == "tiny-after-rl" and body["usage"]["completion_tokens"] >= 1, body
-    finally:
-        stopped = rlbox("serve", "--stop", "--name", f"{PREFIX}serve", "--runs-dir", str(runs))
-    assert stopped.returncode == 0, stopped.stderr
-    log = (runs / "serve" / f"{PREFIX}serve.log").read_text()
-    assert "Initializing a V1 LLM engine (v0.23.0" in log and "/v1/completions" in log, log[-2000:]
-    assert bed.docker(HOSTS[0], "ps", "-aq", "--filter", f"label=io.rlbox.serve={PREFIX}serve", check=False).stdout.split() == []
+    # build's memory fraction), answering /v1/completions; the real AISBench on the shipped GSM8K sample against
+    # it, then against the model before training, and `rlbox eval --compare`; each server's log kept when it stops
+    datasets = tmp_path / "ais"
+    (datasets / "ais_bench" / "datasets" / "gsm8k").mkdir(parents=True)
+    for split in ("train", "test"):
+        shutil.copy(verl_cpu.SAMPLE / f"{split}.jsonl", datasets / "ais_bench" / "datasets" / "gsm8k")
+    results = {}
+    for label, model in (("after", hf), ("before", shared / "models" / "tiny-qwen2")):
+        started = time.monotonic()
+        server = f"{PREFIX}serve-{label}"
+        try:
+            url = served(bed, cpu_image, model, server, runs)
+            timings[f"serve {label}: ready"] = time.monotonic() - started
+            if label == "after":
+                answer = requests.post(f"{url}/completions", json={"model": "tiny", "prompt": "2 + 3 =", "max_tokens": 8,
+                                                                    "temperature": 0}, timeout=120)
+                assert answer.status_code == 200, answer.text[:500]
+                assert answer.json()["usage"]["completion_tokens"] >= 1, answer.json()
+            started = time.monotonic()
+            results[label] = evaluated(url, f"tiny-{label}", runs, datasets, ais_bench, tmp_path / f"{label}.json")
+            timings[f"eval {label}"] = time.monotonic() - started
+        finally:
+            stopped = rlbox("serve", "--stop", "--name", server, "--runs-dir", str(runs))
+        assert stopped.returncode == 0, stopped.stderr
+        log = (runs / "serve" / f"{server}.log").read_text()
+        assert "Initializing a V1 LLM engine (v0.23.0" in log and "/v1/completions" in log, log[-2000:]
+        assert bed.docker(HOSTS[0], "ps", "-aq", "--filter", f"label=io.rlbox.serve={server}", check=False).stdout.split() == []
+    for label, res in results.items():  # AISBench's own files, read by rlbox: its dataset, metric and 8 answers scored
+        assert res["dataset"] == "gsm8k" and res["metric"] == "accuracy" and 0 <= res["mean"] <= 100, res
+        assert res["served_model"] == "tiny" and len(res["runs"]) == 1, res
+        stamp = res["runs"][0]["summary"].rsplit("/summary/", 1)[0]
+        preds = [json.loads(line) for line in open(f"{stamp}/predictions/vllm-api-general/gsm8k.jsonl")]
+        assert len(preds) == 8 and all(p["success"] for p in preds), preds[:2]  # vLLM answered every request
+    compared = rlbox("eval", "--compare", str(tmp_path / "before.json"), str(tmp_path / "after.json"))
+    assert compared.returncode == 0 and "gsm8k" in compared.stdout, compared.stdout + compared.stderr
     print("\n" + name + ": " + "; ".join(f"{k} {v:.0f} s" for k, v in timings.items()) + "; "
           + (delivered[0] if delivered else "image already on both hosts"))
 
