@@ -73,7 +73,11 @@ if [ "$image" != - ]; then
     feed=$!
     pids="$pids $save $feed"
     exec 3<&0
-    { cat <&3 >/dev/null 2>&1; for c in $pids; do kill "$c" 2>/dev/null; done; } &
+    # the launcher's ssh closing ends the delivery; the watcher's reader is killed with it (a TERM to the
+    # watcher alone left its `cat` holding the session's stderr, and a reader of that stderr waited forever)
+    { reader=""; trap '[ -z "$reader" ] || kill -9 "$reader" 2>/dev/null; exit 0' TERM
+      cat <&3 >/dev/null 2>&1 & reader=$!
+      wait "$reader"; for c in $pids; do kill "$c" 2>/dev/null; done; } &
     watch=$!
     wait "$save"; rc=$?
     wait "$feed"
