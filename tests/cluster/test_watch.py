@@ -134,6 +134,9 @@ def test_for_restart_resumes_verl_and_renames_the_submission():
 
 @pytest.mark.parametrize("text, step", [
     ("(TaskRunner pid=12, ip=10.0.0.1) Setting global step to 40\n", 40),
+    # verl 0.9.1 (trainer/ppo/v1): one logged line
+    ("(TaskRunnerV1 pid=672) INFO:2026-11-26 18:07:15,708:Resuming from /data/checkpoints/x/global_step_2, "
+     "setting global step to 2\n", 2),
     ("Load from checkpoint folder: /ckpt/global_step_40\n", None),
     ("Training from scratch\n", None),
 ])

@@ -116,7 +116,9 @@ def smoke_job(*, run: str, run_id: str) -> JobPlan:
                     description="rlbox smoke test: every NPU of every node visible through Ray")
 
 
-_RESUMED = re.compile(r"Setting global step to (\d+)")  # verl's trainer, _load_checkpoint, on resume
+# verl's trainer on resume, _load_checkpoint: "Setting global step to N" (0.5-0.7); verl 0.9 logs
+# "Resuming from .../global_step_N, setting global step to N"
+_RESUMED = re.compile(r"[Ss]etting global step to (\d+)")
 
 
 def for_restart(job: JobPlan, attempt: int) -> JobPlan:
