@@ -129,3 +129,25 @@ def test_rank_check_names_node_and_rank():
     listings[1].shards[3] = ("model_world_size_4_rank_3.pt", 1)
     held = merge.check(listings, 3, loc)
     assert held.world == 4 and held.merge_at == 0 and held.owner[3] == 1
+
+
+def test_serve_on_a_cluster_host_keeps_the_cluster_files_open_files_limit(tmp_path):
+    """`rlbox serve --cluster FILE` serves on the file's host with its ssh settings and, as `rlbox run` does, the
+    file's nofile (a testbed host's engine refuses a container above this machine's hard limit:
+    "error setting rlimit type 7: operation not permitted")."""
+    from rlbox.image import matrix
+    from rlbox.training import serve as serve_mod
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("hosts:\n  - host: 10.9.0.1\n  - host: 10.9.0.2\nnofile: 4096\n")
+    p = serve_mod.plan_request(lambda: matrix.load(REPO), model="/data/m", hosts=None, sim=False, image="img:1",
+                               image_ref=lambda image, what: image, hardware="a3", tp=1, dp=1, max_model_len=512,
+                               port=6380, served_model_name="m", name="s", runs_dir=tmp_path, mounts=[], envs=[],
+                               dry_run=True, cluster=cluster, node=1, memory_fraction=0.05)
+    assert p.host.name == "10.9.0.2" and ("nofile", 4096, 4096) in p.container.ulimits
+    assert "--gpu-memory-utilization 0.05" in " ".join(p.container.command)
+    with pytest.raises(RlboxError, match="--node 2: .* has 2 node"):
+        serve_mod.plan_request(lambda: matrix.load(REPO), model="/data/m", hosts=None, sim=False, image="img:1",
+                               image_ref=lambda image, what: image, hardware="a3", tp=1, dp=1, max_model_len=512,
+                               port=6380, served_model_name="m", name="s", runs_dir=tmp_path, mounts=[], envs=[],
+                               dry_run=True, cluster=cluster, node=2)

@@ -325,8 +325,10 @@ def plan_request(load_matrix, *, model: str | None, hosts: str | None, sim: bool
     if sum(bool(x) for x in (hosts, sim, cluster)) > 1:
         raise RlboxError("give one of --hosts, --cluster or --sim")
     local = Host(name="localhost", transport="local")
+    nofile = None  # the cluster file's open-files limit for its nodes' containers, as `rlbox run` takes it
     if cluster is not None:
-        every = from_file(cluster).hosts
+        spec = from_file(cluster)
+        every, nofile = spec.hosts, spec.nofile
         if node >= len(every):
             raise RlboxError(f"--node {node}: {cluster} has {len(every)} node(s) (0..{len(every) - 1})")
         host_list = (every[node],)
@@ -348,7 +350,7 @@ def plan_request(load_matrix, *, model: str | None, hosts: str | None, sim: bool
                 host=host, image=image_name, sim=sim, tp=tp, dp=dp, max_model_len=max_model_len, port=port,
                 served_model_name=served_model_name, npus_available=npus, hardware=hardware, runs_dir=runs_dir,
                 mounts=[Mount.parse(x) for x in mounts], env=parse_env(envs),
-                nofile=launch.nofile_for(host if not sim else local, None), memory_fraction=memory_fraction)
+                nofile=launch.nofile_for(host if not sim else local, nofile), memory_fraction=memory_fraction)
 
 
 def serve(p: ServePlan, *, timeout: float, echo: Callable[[str], None], runs_dir: Path, hardware: str) -> str:
