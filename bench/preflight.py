@@ -26,7 +26,7 @@ from pathlib import Path
 
 from rlbox.cluster import jobs
 from rlbox.cluster import recipes
-from rlbox.cluster.preflight import validate
+from rlbox.verl import validate
 
 
 RUNS, WARM = 5, True
