@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlbox.core.errors import RlboxError, last_line
-from rlbox.image import build, emulation, sources
+from rlbox.image import build, emulation, sources, standins
 from rlbox.image.matrix import Matrix, ResolvedVariant
 
 STANDIN_REPO = "rlbox/cann-standin"
@@ -58,17 +58,21 @@ class RehearsalPlan:
     cpu_vllm: str = ""  # vLLM's CPU build the variant installs: its engine is started on a tiny model and generates
     imports_in: str = ""  # the image the import checks run in (a stand-in layer on the rehearsal); "" = tag
 
+    @property
+    def checked_in(self) -> str:
+        """The image the import and engine checks run in."""
+        return self.imports_in or self.tag
+
     def describe(self) -> str:
+        where = f" (in {self.imports_in})" if self.imports_in else ""
         lines = [f"rehearsal of {self.ref} -> {self.tag}",
                  f"  base: {self.base} " + (f"(stand-in for {self.real_base})" if self.standin else "(the release's own)")]
         lines += [f"  off: {name}: {why}" for name, why in self.settings.items()]
         lines += [f"  substitution: {s}" for s in self.substitutions]
         lines += [f"  source cache: fetch {m}" for m in self.missing] or ["  source cache: complete"]
         if self.cpu_vllm:
-            lines.append(f"  check: vLLM {self.cpu_vllm} (CPU build) starts its engine on a tiny model and generates"
-                         + (f" (in {self.imports_in})" if self.imports_in else ""))
-        lines += [f"  check: {recipe} imports from {module}" + (f" + {', '.join(extra)}" if extra else "")
-                  + (f" (in {self.imports_in})" if self.imports_in else "")
+            lines.append(f"  check: vLLM {self.cpu_vllm} (CPU build) starts its engine on a tiny model and generates{where}")
+        lines += [f"  check: {recipe} imports from {module}" + (f" + {', '.join(extra)}" if extra else "") + where
                   for recipe, module, extra in self.entries]
         lines.append(f"  build: {self.build.command()}")
         return "\n".join(lines)
@@ -168,8 +172,6 @@ def plan(m: Matrix, ref: str, recipes: dict[str, dict], *, ca_bundle: Path | Non
                        rehearsal=() if no_cann else tuple(build.REHEARSAL_SETTINGS), revision=build.source_revision(m.root))
     settings = {**({} if no_cann else build.REHEARSAL_SETTINGS), **CHECK_SETTINGS}
     also = tuple(name for name in ("vllm_ascend",) if any(c.name == name for c in v.components))
-    from rlbox.image import standins
-
     return RehearsalPlan(ref, v.base_image, base, tag, settings, tuple(subs), missing,
                          tuple(entries), expected, plan_, sb, also, standins.cpu_vllm(v))
 
@@ -346,7 +348,7 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
             argv += ["--first-party", name]
         for name in extra:
             argv += ["--runtime", name]
-        code, out = run_in(p.imports_in or p.tag, [*argv, module, *p.also_import], mounts={str(SCRIPT.parent): "/opt/rlbox/check"},
+        code, out = run_in(p.checked_in, [*argv, module, *p.also_import], mounts={str(SCRIPT.parent): "/opt/rlbox/check"},
                            env={"VLLM_PLUGINS": ""}, timeout=wait)
         # the report is the JSON object printed last, from a line of its own: warnings before it may hold braces
         found = re.search(r"^\{\s*$", out, re.M)
@@ -357,7 +359,7 @@ def check(p: RehearsalPlan) -> dict[str, Any]:
             facts["imports"][recipe] = {"modules": {module: {"state": "error", "error": last_line(out)}}}
     if p.cpu_vllm:  # the engine itself, as a rollout or `rlbox serve` starts it: what an import check cannot see
         tools = Path(__file__).resolve().parents[3] / "tools"
-        code, out = run_in(p.imports_in or p.tag, ["bash", "-c", "python3 /opt/rlbox/tools/make-tiny-model.py /tmp/m >/dev/null "
+        code, out = run_in(p.checked_in, ["bash", "-c", "python3 /opt/rlbox/tools/make-tiny-model.py /tmp/m >/dev/null "
                                                   "&& python3 /opt/rlbox/check/vllm_generate.py /tmp/m"],
                            mounts={str(SCRIPT.parent): "/opt/rlbox/check", str(tools): "/opt/rlbox/tools"}, timeout=wait)
         # the script's one JSON line; the engine's shutdown lines may come after it

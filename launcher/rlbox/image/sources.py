@@ -142,13 +142,17 @@ def missing(v: ResolvedVariant, dest: Path | None = None, *, base_os: str | None
 DEBS_ASKED = "rlbox-asked"  # beside the .debs: the OS packages each fetch into this folder was asked for, one a line
 
 
+def debs_asked(folder: Path) -> set[str]:
+    """The OS packages the fetches into ``folder`` were asked for (none before the record existed)."""
+    asked = folder / DEBS_ASKED
+    return set(asked.read_text().split()) if asked.is_file() else set()
+
+
 def debs_hold(folder: Path, packages) -> bool:
     """Whether the OS packages folder was filled for every one of ``packages`` (a folder several releases
     share: one release's packages are not another's; a folder from before the record is taken as not)."""
-    asked = folder / DEBS_ASKED
-    if not (folder / "Packages").is_file() or not asked.is_file():
-        return False
-    return set(packages) <= set(asked.read_text().split())
+    asked = debs_asked(folder)
+    return (folder / "Packages").is_file() and bool(asked) and set(packages) <= asked
 
 
 @dataclass
@@ -327,10 +331,8 @@ def _fetch_debs(v: ResolvedVariant, dest: Path, profile: Profile | None, base_im
     apt = profile.apt_for(base_os or v.release.os, v.arch) if profile else None
     if apt:
         argv += ["-e", f"APT_MIRROR={apt}"]
-    asked = target / DEBS_ASKED
-    before = set(asked.read_text().split()) if asked.is_file() else set()
-    wanted = sorted(before | set(v.system_packages))  # with what earlier fetches asked: the Packages index is remade
+    wanted = sorted(debs_asked(target) | set(v.system_packages))  # with earlier fetches': the Packages index is remade
     argv += [image, "/opt/rlbox/lib/rlbox-system-packages", "apt", "--download-to", "/out", *wanted]
     _run(argv, f"downloading OS packages in a container of {image}")
-    asked.write_text("".join(f"{name}\n" for name in wanted))
+    (target / DEBS_ASKED).write_text("".join(f"{name}\n" for name in wanted))
     return len(list(target.glob("*.deb")))

