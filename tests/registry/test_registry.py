@@ -16,7 +16,6 @@ import os
 import platform as _platform
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ import requests
 import yaml
 
 from conftest import REPO, rlbox
+from support.stub_models import free_port
 from rlbox.cluster import sim
 from rlbox.core.errors import RlboxError
 from rlbox.registry.auth import Credentials
@@ -45,12 +45,6 @@ HOST_VARIANT = "a2-arm" if ARM else "ax-x86"  # the 910B variant for this host's
 OTHER_VARIANT = "ax-x86" if ARM else "a2-arm"  # the 910B variant for the other platform
 HOST_HW = "a2" if ARM else "ax"
 OTHER_HW = "ax" if ARM else "a2"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ import csv
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ import requests
 
 from conftest import REPO, rlbox
 from support import verl_cpu
+from support.stub_models import free_port
 
 pytestmark = pytest.mark.engine
 
@@ -103,12 +103,6 @@ def run_argv(cluster: str, image: str, shared: Path, runs: Path, name: str, *ext
             # 8 CPUs for Ray: verl's TaskRunner, its agent loop, reward and storage actors and the {CPU, NPU}
             # bundles (Ray would detect this machine's 2)
             "--devices", "1", "--num-cpus", "8", *extra]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def served(bed, image: str, model: Path, name: str, runs: Path) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,26 +23,10 @@ import pytest
 import requests
 
 from conftest import REPO, rlbox
+from support.stub_models import SAMPLE, TEST_ROWS, free_port, model_dir
 
 pytestmark = pytest.mark.aisbench
 STUB = REPO / "launcher" / "rlbox" / "training" / "scripts" / "stub_server.py"
-SAMPLE = REPO / "tests" / "fixtures" / "gsm8k-sample"
-TEST_ROWS = [json.loads(line) for line in (SAMPLE / "test.jsonl").read_text().splitlines()]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def model_dir(path, right: int):
-    """A model folder the stub answers the first ``right`` test questions of correctly."""
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
-    answers = [{"match": r["question"], "answer": r["answer"].split("#### ")[1]} for r in TEST_ROWS[:right]]
-    (path / "rlbox-stub-answers.json").write_text(json.dumps(answers))
-    return path
 
 
 @pytest.fixture

@@ -11,30 +11,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 
 import pytest
 
-from conftest import REPO, rlbox
+from conftest import rlbox
 from support.engine import SERVE, names, remove_labelled
+from support.stub_models import SAMPLE, free_port, model_dir
 
 pytestmark = [pytest.mark.engine, pytest.mark.aisbench]
-SAMPLE = REPO / "tests" / "fixtures" / "gsm8k-sample"
-TEST_ROWS = [json.loads(line) for line in (SAMPLE / "test.jsonl").read_text().splitlines()]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def model_dir(path, right: int):
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    answers = [{"match": r["question"], "answer": r["answer"].split("#### ")[1]} for r in TEST_ROWS[:right]]
-    (path / "rlbox-stub-answers.json").write_text(json.dumps(answers))
-    return path
 
 
 def serving(name):
@@ -57,7 +41,7 @@ def test_serve_eval(env, ais_bench):
     each costs 30-180 s of AISBench's own start-up on two cores; repeats and --compare are in
     test_eval_aisbench.py."""
     runs, port = env / "runs", free_port()
-    model = model_dir(env / "qwen-after", 6)
+    model = model_dir(env / "qwen-after", 6, "LlamaForCausalLM")
     name = "t-after"
     proc = rlbox("serve", model, "--sim", "--name", name, "--port", port, "--tp", 8, "--runs-dir", runs, "--timeout", 60)
     assert proc.returncode == 0, proc.stderr
