@@ -257,6 +257,11 @@ def test_a_node_holding_it_is_the_source_when_this_machine_lacks_it(hosts, clust
     assert_no_leftovers()
 
 
+def running(pattern: str) -> list[str]:
+    """This machine's processes whose command line has ``pattern`` (the test hosts share its pids)."""
+    return subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout.splitlines()
+
+
 def test_ctrl_c_while_a_node_is_the_source_leaves_nothing(hosts, cluster, images):
     """The source node's own docker save feeds the others directly; Ctrl-C here ends the launcher's
     ssh to it, and then its save, its stream and every load below it."""
@@ -273,15 +278,21 @@ def test_ctrl_c_while_a_node_is_the_source_leaves_nothing(hosts, cluster, images
         seen.append(line)
         if "receiving" in line:
             break
-    time.sleep(3)  # mid-transfer: 180 MB take longer
+    # Mid-transfer, whatever the machine's speed: the node's own save is running (the loads cannot
+    # be complete before the whole tar has been written), and the Ctrl-C follows at once.
+    for _ in range(200):
+        if any("pgrep" not in line for line in running(f"docker save -- {image}")):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the source node's docker save never started:\n" + "".join(seen))
     proc.send_signal(signal.SIGINT)
     rest = proc.stderr.read()
     assert proc.wait(timeout=120) == 130, "".join(seen) + rest
     assert rest.strip().splitlines()[-1].startswith("rlbox: error: interrupted;"), rest
     assert [h.image_id(image) for h in hosts[1:]] == [None, None]
     assert_no_leftovers()
-    saves = subprocess.run(["pgrep", "-af", f"docker save -- {image}"], capture_output=True, text=True).stdout
-    assert [line for line in saves.splitlines() if "pgrep" not in line] == []
+    assert [line for line in running(f"docker save -- {image}") if "pgrep" not in line] == []
     for h in hosts[1:]:  # nothing loaded half
         assert h.docker("image", "ls", "-aq").stdout.strip() == ""
 
