@@ -1,20 +1,21 @@
-"""rlbox serve --sim + rlbox eval on the simulated node: the stub OpenAI server in a simulated
-NPU container, the real AISBench (ais-bench-benchmark 3.1.20260630 from .venv-aisbench, made by
-.ci/provision) pointed at it through the server's record (--name), on the shipped GSM8K sample.
+"""rlbox serve --sim on the simulated node: the stub OpenAI server in a simulated NPU container, its
+record (what `rlbox eval --name` evaluates), refusals and bad input; eval's own bad input against the real
+AISBench (ais-bench-benchmark 3.1.20260630 from .venv-aisbench, made by .ci/provision).
 
-The model is a folder whose rlbox-stub-answers.json makes the stub right on 6 of the 8 test
-questions. Repeats, --compare, AISBench's own files and bad GSM8K input, without Docker:
+The real AISBench against a real server found through its record: the CPU training chain
+(test_cpu_training.py). Repeats, --compare, AISBench's own files and bad GSM8K input, without Docker:
 test_eval_aisbench.py.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
+import requests
 
 from conftest import rlbox
+from rlbox.training import evaluate
 from support.engine import SERVE, names, remove_labelled
 from support.stub_models import SAMPLE, free_port, model_dir
 
@@ -36,10 +37,11 @@ def env(tmp_path, sim_image):
         remove_labelled(SERVE, name)
 
 
-def test_serve_eval(env, ais_bench):
-    """One real AISBench run through the server's record (no --endpoint): one is enough here, as
-    each costs 30-180 s of AISBench's own start-up on two cores; repeats and --compare are in
-    test_eval_aisbench.py."""
+def test_serve_eval(env):
+    """The simulated server's life (start, refused twice, found through its record by eval, stopped). The
+    real AISBench through a server's record runs once, against vLLM's real server, in the CPU training chain
+    (test_cpu_training.py); repeats and --compare in test_eval_aisbench.py; the AISBench config's seed
+    fields in test_units.py: each AISBench run costs 30-180 s of its own start-up on two cores."""
     runs, port = env / "runs", free_port()
     model = model_dir(env / "qwen-after", 6, "LlamaForCausalLM")
     name = "t-after"
@@ -50,20 +52,12 @@ def test_serve_eval(env, ais_bench):
     assert serving(name) == [f"rlbox-serve-{name}"]
     again = rlbox("serve", model, "--sim", "--name", name, "--port", port, "--runs-dir", runs)
     assert again.returncode == 2 and f"a server named '{name}' is already there" in again.stderr
-    out = env / "after.json"
-    proc = rlbox("eval", model, "--dataset", "gsm8k", "--repeat", 1, "--name", name, "--runs-dir", runs,
-                 "--max-out-len", 256, "--ais-bench", ais_bench, "--ais-datasets", env / "ais", "--out", out)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "run 1/1: gsm8k accuracy 75.00" in proc.stderr
-    assert "| gsm8k   | d486ce  | accuracy | gen  | 75.00" in proc.stdout
-    res = json.loads(out.read_text())
-    assert res["mean"] == 75.0 and len(res["runs"]) == 1 and res["served_model"] == "auto"
-    assert res["endpoint"] == f"http://127.0.0.1:{port}"
-    assert res["runs"][0]["summary"].endswith(".csv")  # AISBench's own summary file
-    config = (next((runs / "eval").glob("qwen-after-gsm8k-*")) / "configs/models/vllm_api/vllm_api_general.py").read_text()
-    for field in (f"host_port={port}", "max_out_len=256", "batch_size=48", "temperature=0.5",
-                  "top_k=10", "top_p=0.95", "repetition_penalty=1.03", "abbr='vllm-api-general'", "type=VLLMCustomAPI"):
-        assert field in config, field
+    endpoint = evaluate.endpoint_for(None, runs, name)  # what `rlbox eval --name` evaluates
+    assert endpoint.url == f"http://127.0.0.1:{port}" and f"rlbox serve --name {name}" in endpoint.source
+    assert evaluate.check_endpoint(endpoint) == "auto"  # the stub answers /v1/models with its served name
+    answer = requests.post(f"{endpoint.url}/v1/completions", json={"model": "auto", "prompt": "Question: 1+1?",
+                                                                    "max_tokens": 8}, timeout=30)
+    assert answer.status_code == 200 and answer.json()["choices"], answer.text[:500]
     stop = rlbox("serve", "--stop", "--name", name, "--runs-dir", runs)
     assert stop.returncode == 0 and "removed 1 container(s)" in stop.stdout
     assert serving(name) == []
