@@ -178,12 +178,14 @@ TESTBED_SUBNET = os.environ.get("RLBOX_TEST_TESTBED_SUBNET", "10.201.1.0/24")
 @pytest.fixture(scope="session")
 def testbed(engine):
     """One 4-host A3 testbed for the whole session, shared by tests/testbed/ and tests/training/:
-    bare hosts (namespaces, engines, sshd, NPU stand-ins, a few seconds); each user delivers the image
-    it needs (`Testbed.deliver`, or `rlbox run` itself), once per session, since the hosts' engines
-    live as long as the testbed. Taken down, and proved empty, at the session's end."""
+    bare hosts (namespaces, engines, sshd, NPU stand-ins, a few seconds) running Slurm (munged and
+    slurmctld on host 1, slurmd on every host: `--slurm`), so the hosts path and the Slurm backend
+    run on the same hosts; each user delivers the image it needs (`Testbed.deliver`, or `rlbox run`
+    itself), once per session, since the hosts' engines live as long as the testbed. Taken down, and
+    proved empty, at the session's end."""
     from support.testbed import Testbed
 
-    bed = Testbed.up(hosts=4, hardware="a3", name=TESTBED_NAME, extra=("--subnet", TESTBED_SUBNET))
+    bed = Testbed.up(hosts=4, hardware="a3", name=TESTBED_NAME, extra=("--subnet", TESTBED_SUBNET, "--slurm"))
     yield bed
     proc = bed.down()
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,10 +1,8 @@
-"""`rlbox run --backend slurm` on a testbed running Slurm (`rlbox testbed up --slurm`: Debian's
-munged, slurmctld on host 1, slurmd on every host): the smoke job through a real allocation on 2
-hosts, and the one-line failures (a wrong partition, more nodes than the cluster has, a dead
-controller, Slurm's time limit), each with nothing left: no job in Slurm's queue, no container.
-
-Its own 2-host testbed: RLBOX_TEST_SLURM_TESTBED / RLBOX_TEST_SLURM_SUBNET (default tbsu,
-10.201.9.0/24) give another name and subnet."""
+"""`rlbox run --backend slurm` on the session's testbed, which runs Slurm (`rlbox testbed up --slurm`:
+Debian's munged, slurmctld on host 1, slurmd on every host; tests/conftest.py): the smoke job through a
+real allocation on 2 of its 4 hosts, and the one-line failures (a wrong partition, more nodes than the
+cluster has, a dead controller, Slurm's time limit), each with nothing left: no job in Slurm's queue, no
+container. The CPU verl job through Slurm (a node lost, resumed): tests/training/test_cpu_training.py."""
 
 from __future__ import annotations
 
@@ -15,22 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from support.testbed import Testbed, rlbox
+from support.testbed import rlbox
 
 pytestmark = pytest.mark.engine
-NAME = os.environ.get("RLBOX_TEST_SLURM_TESTBED", "tbsu")
-SUBNET = os.environ.get("RLBOX_TEST_SLURM_SUBNET", "10.201.9.0/24")
 
 
 @pytest.fixture(scope="module")
-def bed(engine, sim_image):
-    bed = Testbed.up(hosts=2, hardware="a3", name=NAME, extra=("--subnet", SUBNET, "--slurm"))
-    try:
-        bed.deliver(sim_image)
-        yield bed
-    finally:
-        proc = bed.down()
-        assert proc.returncode == 0, proc.stderr[-2000:]
+def bed(testbed, sim_image):
+    """The session's testbed, the simulation image on every host."""
+    if testbed.image != sim_image:
+        testbed.deliver(sim_image)
+    return testbed
 
 
 @pytest.fixture
@@ -65,7 +58,7 @@ def test_smoke_job_through_a_slurm_allocation(clean, tmp_path):
 
 @pytest.mark.parametrize("args, line", [
     (("--nodes", "2", "--partition", "nope"), "--partition nope: Slurm has no such partition (it has rlbox)"),
-    (("--nodes", "3"), "--nodes 3: partition rlbox has 2 node(s)"),
+    (("--nodes", "5"), "--nodes 5: partition rlbox has 4 node(s)"),
 ])
 def test_what_slurm_cannot_give_is_one_line(clean, tmp_path, args, line):
     proc = run(clean, tmp_path, *args, "--smoke-test", "--name", "sl-bad")

