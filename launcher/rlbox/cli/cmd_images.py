@@ -1,4 +1,4 @@
-"""`rlbox images list|tags`, `rlbox inspect`, `rlbox diff`: what the matrix says an image is,
+"""`rlbox images list|outdated|siblings|tags`, `rlbox inspect`, `rlbox diff`: what the matrix says an image is,
 what a registry holds of it, and what a built image records about itself."""
 
 from __future__ import annotations
@@ -86,6 +86,37 @@ def images_outdated(releases, as_json, fail_on, pip_index, mirror, ca_bundle):
             first = bad[0]
             raise RlboxError(f"{len(bad)} component(s) behind by at least {fail_on}: first {first.release} {first.component} "
                              f"{first.pinned} < {first.newest}", exit_code=1)
+
+
+@images.command("siblings")
+@click.argument("releases", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable: one record per pair.")
+def images_siblings(releases, as_json):
+    """Whether each release's A2 and A3 variants (same platform) are the same image but for their
+    hardware, so that the rehearsal of one covers the other.
+
+    Both are rendered (Dockerfile, image.json, both requirement locks) and every line that differs
+    must differ only in a named hardware field (variant, base image, SoC version, chip, hardware,
+    NPUs per node, the lock's digest). Exit 1, naming file and line, when anything else differs.
+    """
+    from rlbox.core.errors import RlboxError
+    from rlbox.image import siblings
+
+    m = matrix()
+    known = {v.release.release for v in m.variants}
+    for r in releases:
+        if r not in known:
+            raise RlboxError(f"release {r!r} is not in the matrix (rlbox images list)")
+    found = [siblings.compare(a, b) for a, b in siblings.pairs(m.variants) if not releases or a.release.release in releases]
+    if as_json:
+        click.echo(json.dumps([s.as_dict() for s in found], indent=2))
+    else:
+        for s in found:
+            click.echo(s.describe())
+    bad = [s for s in found if not s.same_but_for_hardware]
+    if bad:
+        raise RlboxError(f"{bad[0].release}: {bad[0].a} and {bad[0].b} differ beyond their hardware "
+                         f"({bad[0].unexplained[0]}): rehearse both", exit_code=1)
 
 
 @images.command("tags")
