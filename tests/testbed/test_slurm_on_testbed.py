@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -66,14 +67,25 @@ def test_what_slurm_cannot_give_is_one_line(clean, tmp_path, args, line):
     assert not (tmp_path / "sl-bad" / "state.json").exists()
 
 
-def _controller(bed) -> int:
-    """slurmctld of this testbed (in host 1's PID namespace), by looking."""
-    init = bed.host(1)["init_pid"]
+def _daemon(bed, index: int, name: str) -> int:
+    """A Slurm daemon of this testbed (in host ``index``'s PID namespace), by looking."""
+    init = bed.host(index)["init_pid"]
     ns = os.readlink(f"/proc/{init}/ns/pid")
-    for pid in subprocess.run(["pgrep", "-x", "slurmctld"], capture_output=True, text=True).stdout.split():
+    for pid in subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split():
         if os.readlink(f"/proc/{pid}/ns/pid") == ns:
             return int(pid)
-    raise AssertionError("no slurmctld on host 1")
+    raise AssertionError(f"no {name} on host {index}")
+
+
+def _controller(bed) -> int:
+    return _daemon(bed, 1, "slurmctld")
+
+
+def _start(bed, index: int, command: str) -> None:
+    """Start a Slurm daemon again in host ``index``, as `rlbox testbed up --slurm` does."""
+    init = bed.host(index)["init_pid"]
+    subprocess.run(["nsenter", f"--target={init}", "--mount", "--net", "--pid", "--", "unshare", "--uts", "sh", "-c",
+                    f"hostname h{index}; exec {command}"], check=True)
 
 
 def test_dead_controller_is_one_line(clean, tmp_path):
@@ -82,9 +94,7 @@ def test_dead_controller_is_one_line(clean, tmp_path):
         proc = run(clean, tmp_path, "--nodes", "2", "--smoke-test", "--name", "sl-dead")
         assert "the controller does not answer on " in _one_line(proc) and "is slurmctld running?" in proc.stderr
     finally:
-        init = clean.host(1)["init_pid"]
-        subprocess.run(["nsenter", f"--target={init}", "--mount", "--net", "--pid", "--", "unshare", "--uts", "sh", "-c",
-                        "hostname h1; exec slurmctld"], check=True)
+        _start(clean, 1, "slurmctld")
         for _ in range(60):
             if clean.ssh(1, "sinfo", "-h").returncode == 0:
                 break
@@ -93,3 +103,38 @@ def test_dead_controller_is_one_line(clean, tmp_path):
 def test_slurm_time_limit_ends_the_run_with_nothing_left(clean, tmp_path):
     proc = run(clean, tmp_path, "--nodes", "2", "--time", "1", "--name", "sl-time", "--no-validate", "--", "sleep", "600")
     assert "Slurm's time limit (--time 1) ended the allocation" in _one_line(proc), proc.stderr[-3000:]
+
+
+def test_a_slurmd_that_dies_is_named_within_seconds_and_nothing_is_left(clean, tmp_path):
+    """slurmd of the worker's node killed mid-run: Slurm marks the node not responding, then DOWN; rlbox
+    names the node from Slurm's own answer and tears the run down on every node."""
+    proc = subprocess.Popen(["python3", "-m", "rlbox.cli", "run", "--backend", "slurm", "--cluster", clean.cluster_file,
+                             "--runs-dir", str(tmp_path), "--image", clean.image, "--nodes", "2", "--time", "10",
+                             "--name", "sl-down", "--no-validate", "--", "sleep", "600"],
+                            cwd=str(Path(__file__).resolve().parents[2]), stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "launcher")))
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if " submitted; log: " in line:  # the job runs on both nodes
+            break
+    else:
+        raise AssertionError("".join(seen))
+    os.kill(_daemon(clean, 2, "slurmd"), signal.SIGKILL)
+    killed = time.monotonic()
+    try:
+        rest = proc.stderr.read()
+        code = proc.wait(timeout=120)
+        took = time.monotonic() - killed
+        errors = [line for line in rest.splitlines() if line.startswith("rlbox: error:")]
+        assert code != 0 and len(errors) == 1 and "Traceback" not in rest, "".join(seen) + rest
+        assert errors[0].startswith("rlbox: error: slurm: node h2 is "), errors[0]
+        print(f"\nslurmd killed -> {errors[0]} after {took:.1f} s")
+        assert took < 60, took  # SlurmdTimeout is 10 s on the testbed; the site default 300 s is Slurm's, not rlbox's
+    finally:
+        _start(clean, 2, "slurmd -N h2")
+        for _ in range(60):  # ReturnToService=2: the node is idle again once it answers
+            state = clean.ssh(1, "sinfo -h -N -n h2 -o %T").stdout.strip()
+            if state == "idle":
+                break
+            time.sleep(1)
