@@ -145,3 +145,34 @@ def test_nodes_map_to_hosts_by_address_then_name():
     with pytest.raises(RlboxError) as e:
         sp.map_nodes(["h9"], {"h9": "10.0.0.9"}, hosts)
     assert str(e.value) == "slurm: node h9 (NodeAddr 10.0.0.9) is in no host of the cluster file (10.0.0.1, 10.0.0.2, n3)"
+
+
+@pytest.mark.parametrize("rc, out, err, line", [
+    (0, "RUNNING|h[1-2]|1:02|10:00\n", "", "slurm: job 7: RUNNING on h[1-2], 1:02 of 10:00"),
+    (0, "PENDING||0:00|10:00\n", "", "slurm: job 7: PENDING on (no nodes yet), 0:00 of 10:00"),
+    (0, "TIMEOUT|h[1-2]|10:00|10:00\n", "", "slurm: job 7: TIMEOUT on h[1-2], 10:00 of 10:00"),
+    (0, "", "", "slurm: job 7: no longer in Slurm's queue (the allocation ended)"),
+    (1, "", "slurm_load_jobs error: Invalid job id specified\n", "slurm: job 7: no longer in Slurm's queue (the allocation ended)"),
+    (1, "", "squeue: error: Unable to contact slurm controller (connect failure)\n",
+     "slurm: job 7: Slurm did not answer (squeue: error: Unable to contact slurm controller (connect failure))"),
+])
+def test_status_answers(rc, out, err, line):
+    assert sp.status_line(sp.judge_status(rc, out, err, "7")) == line
+
+
+@pytest.mark.parametrize("record, why", [
+    ("{not json", "not a readable allocation record"),
+    ('{"job": "7; rm -rf /"}', "field job must be a Slurm job id"),
+    ('{"job": 7}', "field job must be a Slurm job id"),
+    ('["7"]', "field job must be a Slurm job id"),
+    ('{"job": "7", "login": ["h1"]}', "field job must be a Slurm job id and login a host name"),
+])
+def test_a_tampered_allocation_record_is_one_line(tmp_path, record, why):
+    from rlbox.backends.slurm.backend import BACKEND
+    from rlbox.core.errors import RlboxError
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "slurm.json").write_text(record)
+    for call in (BACKEND.status, lambda d, n: BACKEND.stop(d, n, None)):
+        with pytest.raises(RlboxError, match=why):
+            call(tmp_path, "r")

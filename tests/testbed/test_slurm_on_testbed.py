@@ -6,9 +6,12 @@ container. The CPU verl job through Slurm (a node lost, resumed): tests/training
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -100,26 +103,45 @@ def test_dead_controller_is_one_line(clean, tmp_path):
                 break
 
 
+def started(bed, tmp_path: Path, name: str, time_limit: str) -> tuple[subprocess.Popen, list[str]]:
+    """`rlbox run --backend slurm` of a `sleep 600` job on 2 nodes, once its job runs on both."""
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", "--backend", "slurm", "--cluster", bed.cluster_file,
+                             "--runs-dir", str(tmp_path), "--image", bed.image, "--nodes", "2", "--time", time_limit,
+                             "--name", name, "--no-validate", "--", "sleep", "600"],
+                            cwd=repo, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(repo / "launcher")))
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if " submitted; log: " in line:
+            return proc, seen
+    raise AssertionError("".join(seen))
+
+
 def test_slurm_time_limit_ends_the_run_with_nothing_left(clean, tmp_path):
-    proc = run(clean, tmp_path, "--nodes", "2", "--time", "1", "--name", "sl-time", "--no-validate", "--", "sleep", "600")
-    assert "Slurm's time limit (--time 1) ended the allocation" in _one_line(proc), proc.stderr[-3000:]
+    proc, seen = started(clean, tmp_path, "sl-time", "1")
+    try:
+        # `rlbox status` while it runs: the nodes' containers and Slurm's own word on the allocation
+        status = rlbox("status", "--name", "sl-time", "--runs-dir", tmp_path)
+        assert status.returncode == 0, status.stderr
+        assert re.search(r"^slurm: job \d+: RUNNING on h\[1-2\], \S+ of 1:00$", status.stdout, re.M), status.stdout
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=300) != 0
+    finally:
+        if proc.poll() is None:  # a failed check: the run ends as on Ctrl-C, its allocation cancelled
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+    errors = [line for line in rest.splitlines() if line.startswith("rlbox: error:")]
+    assert len(errors) == 1 and "Traceback" not in rest, "".join(seen) + rest
+    assert "Slurm's time limit (--time 1) ended the allocation" in errors[0], rest[-3000:]
+    after = rlbox("status", "--name", "sl-time", "--runs-dir", tmp_path, "--json")
+    assert json.loads(after.stdout)["scheduler"]["state"] in ("TIMEOUT", "GONE"), after.stdout
 
 
 def test_a_slurmd_that_dies_is_named_within_seconds_and_nothing_is_left(clean, tmp_path):
     """slurmd of the worker's node killed mid-run: Slurm marks the node not responding, then DOWN; rlbox
     names the node from Slurm's own answer and tears the run down on every node."""
-    proc = subprocess.Popen(["python3", "-m", "rlbox.cli", "run", "--backend", "slurm", "--cluster", clean.cluster_file,
-                             "--runs-dir", str(tmp_path), "--image", clean.image, "--nodes", "2", "--time", "10",
-                             "--name", "sl-down", "--no-validate", "--", "sleep", "600"],
-                            cwd=str(Path(__file__).resolve().parents[2]), stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "launcher")))
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if " submitted; log: " in line:  # the job runs on both nodes
-            break
-    else:
-        raise AssertionError("".join(seen))
+    proc, seen = started(clean, tmp_path, "sl-down", "10")
     os.kill(_daemon(clean, 2, "slurmd"), signal.SIGKILL)
     killed = time.monotonic()
     try:

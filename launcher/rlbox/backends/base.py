@@ -92,6 +92,11 @@ class Backend(ABC):
     def stop(self, runs_dir: Path, name: str, io: Io) -> None:  # pragma: no cover - per backend
         raise RlboxError(f"--backend {self.name}: rlbox stop does not apply")
 
+    def status(self, runs_dir: Path, name: str) -> dict | None:
+        """What the scheduler says of the run, with its one-line form under "line" (`rlbox status` shows
+        it beside the nodes); None when the backend has no scheduler of its own (hosts)."""
+        return None
+
 
 NAMES = ("hosts", "slurm", "kuberay")
 _MODULES = {"hosts": "rlbox.backends.hosts", "slurm": "rlbox.backends.slurm.backend", "kuberay": "rlbox.backends.kuberay"}

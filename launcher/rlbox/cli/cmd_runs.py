@@ -77,6 +77,8 @@ def status_cmd(name, runs_dir, as_json):
     finally:
         for n in nodes:
             n.close()
+    run_dir = run_state.state_path(runs_dir, name).parent
+    scheduler = base.get(base.of_run(run_dir)).status(runs_dir, name)  # Slurm's word on its allocation
     phase = "lost" if loss else state.phase_name
     lost = loss.line() if loss else state.lost
     if orphan is not None and not loss:
@@ -86,7 +88,7 @@ def status_cmd(name, runs_dir, as_json):
     if as_json:
         click.echo(json.dumps({"run": name, "phase": phase, "recorded_phase": state.phase_name, "nodes": rows,
                                "job": job, "lost": lost, "reason": state.reason, "driver_gone": orphan,
-                               "restarts": list(state.restarts or ())}, indent=2))
+                               "restarts": list(state.restarts or ()), "scheduler": scheduler}, indent=2))
         return
     table = table_of("NODE", "HOST", "ROLE", "NPUS", "CONTAINER", "STATE")
     for r in rows:
@@ -94,6 +96,8 @@ def status_cmd(name, runs_dir, as_json):
     recorded = f" (its record says {state.phase_name})" if loss or orphan is not None else ""
     out.print(f"run {name} ({state.run_id}): {phase}{recorded}, image {state.image}", markup=False)
     out.print(table)
+    if scheduler:
+        out.print(scheduler["line"], markup=False)
     if job:
         out.print(f"job {job.get('submission_id')}: {job.get('status')}  {job.get('message') or ''}", markup=False)
     elif state.status:

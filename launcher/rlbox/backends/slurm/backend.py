@@ -118,18 +118,36 @@ class SlurmBackend(Backend):
             why = sx.cancel(slurm, job)
             io.echo(f"slurm: job {job} ended (scancel)" if why is None else f"slurm: scancel {job}: {why}")
 
-    def stop(self, runs_dir: Path, name: str, io: Io) -> None:
-        """scancel the run's allocation (its containers are removed by `rlbox stop` as for hosts)."""
+    def _recorded(self, runs_dir: Path, name: str) -> tuple[sx.Slurm, str]:
+        """The run's allocation record (slurm.json, read back as input): where to ask Slurm, the job id."""
         run_dir = run_names.inside(runs_dir, name, what="--name")
-        record = json.loads(sx.record_path(run_dir).read_text())
+        path = sx.record_path(run_dir)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise RlboxError(f"{path}: not a readable allocation record ({err}); scancel the run's job by hand") from None
+        job, login = (record.get("job"), record.get("login")) if isinstance(record, dict) else (None, None)
+        if not isinstance(job, str) or not job.isdigit() or (login is not None and not isinstance(login, str)):
+            raise RlboxError(f"{path}: field job must be a Slurm job id and login a host name; scancel the run's job by hand")
         spec = None
         nodes_file = run_dir / "slurm-nodes.yaml"
-        login = record.get("login")
         if login:
             spec = cluster.from_file(nodes_file) if nodes_file.exists() else None
             spec = replace(spec, slurm_login=login) if spec else cluster.ClusterSpec((cluster.Host(name=login),), slurm_login=login)
-        why = sx.cancel(sx.Slurm(sx.login_host(spec)), str(record["job"]))
-        io.echo(f"slurm: job {record['job']} cancelled (scancel)" if why is None else f"slurm: scancel {record['job']}: {why}")
+        return sx.Slurm(sx.login_host(spec)), job
+
+    def stop(self, runs_dir: Path, name: str, io: Io) -> None:
+        """scancel the run's allocation (its containers are removed by `rlbox stop` as for hosts)."""
+        slurm, job = self._recorded(runs_dir, name)
+        why = sx.cancel(slurm, job)
+        io.echo(f"slurm: job {job} cancelled (scancel)" if why is None else f"slurm: scancel {job}: {why}")
+
+    def status(self, runs_dir: Path, name: str) -> dict:
+        """Slurm's own word on the run's allocation (squeue)."""
+        slurm, job = self._recorded(runs_dir, name)
+        rc, out, err = slurm.run(["squeue", "-h", "-t", "all", "-j", job, "-o", "%T|%N|%M|%l"], timeout=10)
+        found = sp.judge_status(rc, out, err, job)
+        return found | {"line": sp.status_line(found)}
 
 
 BACKEND = SlurmBackend()

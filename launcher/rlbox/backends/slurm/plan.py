@@ -231,3 +231,26 @@ def map_nodes(names: list[str], addrs: dict[str, str], hosts: list[str]) -> list
             raise RlboxError(f"slurm: node {n} (NodeAddr {addrs.get(n, '?')}) is in no host of the cluster file "
                              f"({', '.join(hosts[:6])}{' ...' if len(hosts) > 6 else ''})")
     return out
+
+
+def judge_status(rc: int, out: str, err: str, job: str) -> dict:
+    """``squeue -h -t all -j JOB -o '%T|%N|%M|%l'`` for `rlbox status`: the allocation's state, its
+    nodes, its elapsed time and its limit; ``GONE`` once Slurm no longer lists it."""
+    line = out.strip().splitlines()[0] if rc == 0 and out.strip() else ""
+    words = line.split("|")
+    if len(words) == 4 and words[0]:
+        return {"job": job, "state": words[0], "nodes": words[1], "elapsed": words[2], "limit": words[3]}
+    if rc == 0 or "Invalid job id" in err:
+        return {"job": job, "state": "GONE", "nodes": "", "elapsed": "", "limit": ""}
+    said = (err.strip().splitlines() or [f"exit {rc}"])[-1]
+    return {"job": job, "state": "UNKNOWN", "nodes": "", "elapsed": "", "limit": "", "error": said[:200]}
+
+
+def status_line(found: dict) -> str:
+    """One line of `rlbox status` for the allocation."""
+    if found["state"] == "UNKNOWN":
+        return f"slurm: job {found['job']}: Slurm did not answer ({found.get('error', '')})"
+    if found["state"] == "GONE":
+        return f"slurm: job {found['job']}: no longer in Slurm's queue (the allocation ended)"
+    return (f"slurm: job {found['job']}: {found['state']} on {found['nodes'] or '(no nodes yet)'}, "
+            f"{found['elapsed']} of {found['limit']}")
