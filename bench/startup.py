@@ -19,6 +19,7 @@ Cases:
                     printed as a table
   images list (no cache)   the same with an empty cache each time (a new RLBOX_CACHE): the
                     matrix loaded and validated (yaml + pydantic), then the cache written
+  images list --json   the rows from the cache as JSON: no rich (what the table costs)
   recipes list      loads the shipped recipes, prints a table
   status            a run that does not exist: its record looked for, one error line
   X --help          one command's help: imports that command's module only
@@ -53,6 +54,7 @@ CASES = (
     ("--help", ["--help"], (0,), CLICK, False),
     ("images list", ["images", "list"], (0,), NEEDS, False),
     ("images list (no cache)", ["images", "list"], (0,), NEEDS, True),
+    ("images list --json", ["images", "list", "--json"], (0,), NEEDS, False),
     ("recipes list", ["recipes", "list"], (0,), CLICK, False),
     ("status (no such run)", ["status", "--name", "rlbox-bench-none", "--runs-dir", "{runs}"], (2,), CLICK, False),
     ("run --help", ["run", "--help"], (0,), CLICK, False),
