@@ -220,7 +220,7 @@ def test_the_key_covers_the_code_and_libraries_the_matrix_loads():
              "print('\\n'.join(n for n in sys.modules if n.startswith('rlbox')))\n"
              "print('--')\n"
              "print('\\n'.join(n for n, m in list(sys.modules.items()) if '.' not in n and not n.startswith('_')"
-             " and 'site-packages' in (getattr(m, '__file__', None) or '')))")
+             " and n not in sys.stdlib_module_names and n != 'rlbox' and getattr(m, '__file__', None)))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                          env=dict(os.environ, PYTHONPATH=str(REPO / "launcher"))).stdout
     ours, libraries = out.split("--\n")
