@@ -20,7 +20,10 @@ def images():
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable: every variant with its pins.")
 def images_list(as_json: bool):
     """List every RELEASE:VARIANT with its hardware, platform and tag."""
-    rows = [v.summary() for v in matrix().variants]
+    from rlbox.core.paths import find_root
+    from rlbox.image import matrix_cache
+
+    rows = matrix_cache.rows(find_root())  # the matrix's rows, validated once per content of images/
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -13,7 +13,6 @@ import sys
 import click
 
 from rlbox import __version__
-from rlbox.cli.common import err
 from rlbox.core.errors import RlboxError
 
 # name -> (module under rlbox.cli, the click command's attribute there, its short help as
@@ -88,6 +87,8 @@ def cli():
 
 def fail(line: str) -> None:
     """One line on stderr: the text is data, never markup."""
+    from rlbox.cli.common import err  # here: `rlbox --help` imports no more than the root group needs
+
     err.print(line, markup=False)
 
 

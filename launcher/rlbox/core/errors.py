@@ -3,7 +3,6 @@ one way rlbox suggests the name that was meant."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -20,6 +19,8 @@ class RlboxError(Exception):
 
 def nearest(word: str, choices: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
     """The ``n`` names of ``choices`` closest to ``word`` (difflib's ratio of at least ``cutoff``)."""
+    import difflib  # here: every command imports this module, few suggest a name
+
     return difflib.get_close_matches(word, list(choices), n=n, cutoff=cutoff)
 
 

@@ -39,3 +39,20 @@ def find_root(start: Path | None = None) -> Path:
         "no rlbox tree found: run inside a checkout of rlbox (with images/, templates/, patches/) "
         "or set RLBOX_ROOT"
     )
+
+
+def cache_dir() -> Path:
+    """Where rlbox keeps what it can make again (e.g. the matrix's rows: rlbox.image.matrix_cache).
+
+    Order: ``$RLBOX_CACHE``; ``$XDG_CACHE_HOME/rlbox`` (an absolute path, as the XDG base
+    directory spec asks); ``~/.cache/rlbox``. Raises OSError when there is no home to put it in."""
+    env = os.environ.get("RLBOX_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "rlbox"
+    try:
+        return Path.home() / ".cache" / "rlbox"
+    except (RuntimeError, KeyError) as err:  # no HOME and no passwd entry
+        raise OSError(f"no home directory for a cache ({err})") from None
