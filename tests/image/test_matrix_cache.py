@@ -216,11 +216,13 @@ def test_the_rows_are_the_summaries_fields(m):
 
 def test_the_key_covers_the_code_and_libraries_the_matrix_loads():
     """CODE and LIBRARIES are what a fresh interpreter loads for the matrix and its cache."""
-    probe = ("import sys, rlbox.image.matrix, rlbox.image.matrix_cache\n"
+    # (what the interpreter loaded before, e.g. by a .pth file of the machine's site-packages, is not the matrix's)
+    probe = ("import sys; before = set(sys.modules)\n"
+             "import rlbox.image.matrix, rlbox.image.matrix_cache\n"
              "print('\\n'.join(n for n in sys.modules if n.startswith('rlbox')))\n"
              "print('--')\n"
              "print('\\n'.join(n for n, m in list(sys.modules.items()) if '.' not in n and not n.startswith('_')"
-             " and n not in sys.stdlib_module_names and n != 'rlbox' and getattr(m, '__file__', None)))")
+             " and n not in sys.stdlib_module_names and n != 'rlbox' and n not in before and getattr(m, '__file__', None)))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                          env=dict(os.environ, PYTHONPATH=str(REPO / "launcher"))).stdout
     ours, libraries = out.split("--\n")

@@ -120,7 +120,9 @@ def beyond(v: Verdict) -> list[str]:
 # Where the script runs.
 
 def cache_root() -> Path:
-    return Path(os.environ.get("RLBOX_CACHE", Path.home() / ".cache" / "rlbox"))
+    from rlbox.core.paths import cache_dir
+
+    return cache_dir()
 
 
 def torch_pin() -> tuple[list[str], list[str]]:

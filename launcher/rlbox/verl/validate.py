@@ -14,7 +14,6 @@ environment made from the wheel). A source folder gets neither, and validation s
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys
@@ -30,7 +29,6 @@ from rlbox.verl.outcome import NotRun, Outcome, Problem
 from rlbox.core.errors import RlboxError, nearest
 from rlbox.core.once import made_once
 
-CACHE = Path(os.environ.get("RLBOX_CACHE", Path.home() / ".cache" / "rlbox"))
 _HYDRA_MAIN = re.compile(r"@hydra\.main\(\s*config_path\s*=\s*[\"']([^\"']+)[\"']\s*,\s*config_name\s*=\s*[\"']([^\"']+)[\"']")
 
 
@@ -65,7 +63,7 @@ def from_wheel(version: str) -> VerlTree:
     lock (two validations at once share it)."""
     if not verl_own.VERSION.fullmatch(version):
         raise RlboxError(f"--verl-version {version!r} is not a version (e.g. 0.9.1)")
-    dest = CACHE / "verl" / f"wheel-{version}"
+    dest = verl_own.cache_root() / "verl" / f"wheel-{version}"
 
     def make(folder: Path) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -102,7 +100,7 @@ def from_image(client, image: str) -> VerlTree:
         img = client.images.get(image)
     except ImageNotFound:
         raise RlboxError(f"image {image} is not on this engine; pull it first or pass --verl-version") from None
-    dest = CACHE / "verl" / f"image-{img.id.split(':')[-1][:16]}"
+    dest = verl_own.cache_root() / "verl" / f"image-{img.id.split(':')[-1][:16]}"
     pin = (getattr(img, "labels", None) or {}).get("io.rlbox.component.verl", "")  # git+URL@COMMIT or verl==X
     commit = pin.rpartition("@")[2] if pin.startswith("git+") and "@" in pin else None
 
