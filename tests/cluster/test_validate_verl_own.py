@@ -8,7 +8,6 @@ under RLBOX_CACHE; the table runs in one process (verl imported once)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from rlbox.verl import own as verl_own, rules as verl_rules, validate
 from rlbox.verl import outcome
 from rlbox.verl.outcome import NotRun
 from rlbox.core.errors import RlboxError
+from support import verl_env
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "verl_rules"
 RECORDED = yaml.safe_load((HERE / "own-0.9.1.yaml").read_text())
@@ -114,21 +114,8 @@ def test_a_version_that_is_not_one_is_refused_before_anything_is_made():
 
 @pytest.fixture(scope="module")
 def verl091():
-    """The environment of verl 0.9.1, with this machine's CPU torch wheel where it keeps one (what
-    pip's PIP_FIND_LINKS points at on these machines; the same wheel the CPU training tests serve)."""
-    from support.wheel_index import torch_wheel
-
-    wheel, before = torch_wheel(), os.environ.get("PIP_FIND_LINKS")
-    if wheel and str(wheel.parent) not in (before or "").split():
-        os.environ["PIP_FIND_LINKS"] = " ".join(filter(None, [before, str(wheel.parent)]))
-    try:
-        tree = validate.from_wheel("0.9.1")
-        return tree, verl_own.env_python("0.9.1")
-    finally:
-        if before is None:
-            os.environ.pop("PIP_FIND_LINKS", None)
-        else:
-            os.environ["PIP_FIND_LINKS"] = before
+    """The environment of verl 0.9.1 (tests/support/verl_env.py)."""
+    return verl_env.environment("0.9.1")
 
 
 def test_verl_091_own_checks_give_the_recorded_table(verl091):
@@ -207,18 +194,7 @@ CHOSEN_050 = ["A1", "A3", "A7", "A8", "A11", "A14 none", "A24", "A26", "W1"]
 
 @pytest.fixture(scope="module")
 def verl050env():
-    from support.wheel_index import torch_wheel
-
-    wheel, before = torch_wheel(), os.environ.get("PIP_FIND_LINKS")
-    if wheel and str(wheel.parent) not in (before or "").split():
-        os.environ["PIP_FIND_LINKS"] = " ".join(filter(None, [before, str(wheel.parent)]))
-    try:
-        return validate.from_wheel("0.5.0"), verl_own.env_python("0.5.0")
-    finally:
-        if before is None:
-            os.environ.pop("PIP_FIND_LINKS", None)
-        else:
-            os.environ["PIP_FIND_LINKS"] = before
+    return verl_env.environment("0.5.0")
 
 
 def test_verl_050_own_checks_give_the_recorded_table(verl050env):

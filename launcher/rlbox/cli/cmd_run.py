@@ -16,7 +16,7 @@ from rlbox.core.config import CLUSTER_NODES
 from rlbox.cli.common import MAX_RESTARTS, NAME, RUNS_DIR, SECONDS, IntRange, err, out, table_of
 from rlbox.cluster import launch
 from rlbox.cluster import sim as sim_hosts
-from rlbox.cluster.preflight import checks, doctor
+from rlbox.cluster.preflight import checks, doctor, model_head
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.verl import outcome
@@ -124,8 +124,10 @@ def _emit(text: str) -> None:
 
 
 @click.command("validate")
-@click.option("--hosts", help="Hosts of the cluster (only their number matters here).")
-@click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--hosts", help="Hosts of the cluster: their number, and the head (node 0), whence the model's small files "
+              "are fetched over ssh when verl's checks need them and they are not here.")
+@click.option("--cluster", "cluster_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Cluster YAML or hostfile: as --hosts (with its ssh settings and mounts).")
 @click.option("--nodes", type=IntRange(1, CLUSTER_NODES), help="Nodes of the cluster the job is for.")
 @click.option("--devices", metavar="N|IDS", help="NPUs per node, a count or ids (default: the hardware profile's).")
 @click.option("--image", help="RELEASE:VARIANT or image whose verl to validate against (default: the recipe's release).")
@@ -135,7 +137,7 @@ def _emit(text: str) -> None:
 @click.option("--recipe", help="A shipped recipe (rlbox recipes list), or the path of a recipe file (holding / or ending in .yaml).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
-@click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Mounts the run will have (where checkpoints go).")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC[:DST][:ro]", help="Mounts the run will have (where checkpoints go; a model path under one is on the head's SRC).")
 @click.option("--max-restarts", type=IntRange(0, MAX_RESTARTS), metavar="N", help="Restarts the run will allow (default: the recipe's).")
 @click.option("--strict", is_flag=True, help="Make 'partly checked' an error (exit 3): for CI.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict, the problems and what ran as JSON.")
@@ -152,6 +154,12 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
     image, or an environment made from the --verl-version wheel); with restarts, that they can resume
     (trainer.save_freq > 0, checkpoints on a mount every node has).
 
+    When verl's checks stop on the model's files and the model path is not on this machine, only its
+    small files (config, generation config, tokenizer; never weights) are fetched into a temporary
+    folder, from the head node over ssh (a path under one of the run's mounts), the image (a path under
+    none), or the hub (a hub name, when it answers), and the checks run again against them; one line
+    says where each model's files came from.
+
     The last line is the verdict: `valid: ...` (exit 0) only when every check verl makes before its workers
     start ran; `partly checked: ...` (exit 0; 3 with --strict) names what did not run and how to run it;
     `invalid: ...` (exit 2).
@@ -163,7 +171,9 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
     argv = checks.verl_argv(plan)
     tree = checks.tree_for_validation(image=image, verl_version=verl_version, verl_config=verl_config,
                                       recipe=rec, client_factory=engine.local_client)
-    found, subject = checks.examine_plan(plan, argv, tree)
+    fetch_model = model_head.fetcher(hosts=hosts, cluster_file=cluster_file, mounts=list(mounts), image=tree.image,
+                                     client_factory=engine.local_client)
+    found, subject = checks.examine_plan(plan, argv, tree, fetch_model)
     status = outcome.exit_status(found.verdict, strict)
     if as_json:
         click.echo(json.dumps(outcome.as_json(found, subject, strict), indent=2))

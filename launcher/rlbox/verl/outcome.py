@@ -45,6 +45,8 @@ class Outcome:
     ran: tuple[str, ...] = ()  # the checks that ran to the end (or to their rejection)
     not_run: tuple[NotRun, ...] = ()  # checks made before the workers start that did not run
     beyond: tuple[str, ...] = ()  # checks verl makes only once its workers run: never run before a job
+    model_files: tuple[str, ...] = ()  # one line per model path fetched for verl's checks: which files, from where
+    model_from: tuple[str, ...] = ()  # the same, short, for the verdict line: "PATH from WHERE"
 
     @property
     def verdict(self) -> str:
@@ -52,7 +54,7 @@ class Outcome:
 
     def notes(self) -> list[str]:
         """One line each: what ran, what did not (and how to run it), what is never run before a job."""
-        return ([f"ran: {r}" for r in self.ran] + [f"not checked: {n}" for n in self.not_run]
+        return ([f"ran: {r}" for r in self.ran] + list(self.model_files) + [f"not checked: {n}" for n in self.not_run]
                 + [f"not run before a job: {b}" for b in self.beyond])
 
 
@@ -62,7 +64,9 @@ def exit_status(verdict: str, strict: bool = False) -> int:
 
 def summary(outcome: Outcome, subject: str) -> str:
     """The verdict line: ``valid: SUBJECT``, ``partly checked: SUBJECT; not checked: ...`` or
-    ``invalid: PROBLEM (N problem(s) ...)``."""
+    ``invalid: PROBLEM (N problem(s) ...)``; the SUBJECT says where fetched model files came from."""
+    if outcome.model_from:
+        subject = f"{subject}, the model's files of {', '.join(outcome.model_from)}"
     if outcome.verdict == INVALID:
         return (f"invalid: {outcome.problems[-1]}  ({len(outcome.problems)} problem(s) in {subject}; "
                 "nothing was started)")
@@ -76,4 +80,4 @@ def as_json(outcome: Outcome, subject: str, strict: bool = False) -> dict:
             "exit_status": exit_status(outcome.verdict, strict),
             "problems": [{"keys": list(p.keys), "message": p.message} for p in outcome.problems],
             "ran": list(outcome.ran), "not_checked": [{"what": n.what, "how": n.how} for n in outcome.not_run],
-            "not_run_before_a_job": list(outcome.beyond)}
+            "not_run_before_a_job": list(outcome.beyond), "model_files": list(outcome.model_files)}

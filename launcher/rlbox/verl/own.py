@@ -102,8 +102,8 @@ def not_run(v: Verdict) -> list[NotRun]:
     out = []
     for c in v.could_not:
         if "model's files" in c:
-            how = "put the model's config and tokenizer files at that path on this machine, or validate with --image " \
-                  "on a node that has them"
+            how = "give the cluster (--hosts or --cluster) and the run's --mount holding the model, so that its small " \
+                  "files are fetched from the head node, or put them at that path on this machine"
         elif "package this Python lacks" in c:
             how = "validate with --image: the image has the rollout engine"
         else:
@@ -219,12 +219,14 @@ def run_many_in_env(python: Path, reqs: list[dict]) -> list[Verdict]:
 
 
 def run_in_image(client, image: str, req: dict) -> Verdict:
-    """The script in a throw-away container of ``image`` (no network), through its own entrypoint."""
+    """The script in a throw-away container of ``image`` (no network), through its own entrypoint; the
+    request's ``model_root`` (a folder of this machine), when it has one, mounted read-only."""
     from docker.errors import APIError, ContainerError
 
+    root = req.get("model_root")  # the model's small files fetched for the checks: seen read-only at the same path
     try:
         out = client.containers.run(image, ["python3", "-c", SCRIPT.read_text(encoding="utf-8"), json.dumps(req)],
-                                    remove=True, network_mode="none",
+                                    remove=True, network_mode="none", volumes={root: {"bind": root, "mode": "ro"}} if root else None,
                                     environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "RAY_USAGE_STATS_ENABLED": "0"})
     except ContainerError as err:
         raise RlboxError(f"verl's own checks failed to run in {image}: {' '.join(str(err).split())[-240:]}") from None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlbox.verl import own as verl_own, rules as verl_rules
+from rlbox.verl import model_files, own as verl_own, rules as verl_rules
 from rlbox.verl.outcome import NotRun, Outcome, Problem
 from rlbox.core.errors import RlboxError, nearest
 from rlbox.core.once import made_once
@@ -331,12 +331,14 @@ def declared_fields(tree: VerlTree, target: str, name: str) -> bool | None:
 
 
 def examine(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int | None = None, *,
-            restarts: int = 0, mounts: tuple[tuple[str, bool], ...] = (), own=None) -> Outcome:
+            restarts: int = 0, mounts: tuple[tuple[str, bool], ...] = (), own=None, fetch_model=None) -> Outcome:
     """Every problem with this job's overrides, as one-line Problems, and what ran: rlbox's own checks,
     then verl's start-up checks by verl's own code where that verl is (``own(tree, request)``, default
     ``own_checks``: the image, or the environment of its wheel); a seed commit's restated rules only
     when its own code cannot run. With ``restarts``, also that a restart can resume; ``mounts``:
-    (target, same source on every node) of each writable mount every node has."""
+    (target, same source on every node) of each writable mount every node has. When verl's checks stop
+    on the model's files and ``fetch_model`` is given (``model_files.fetcher``), its small files are
+    fetched from where the model is and the checks run again against them."""
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -412,9 +414,11 @@ def examine(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int
         ran.append(f"verl {full[:7]}'s start-up checks as rlbox restates them, held identical to verl's own results "
                    f"at that commit (tests/fixtures/verl_rules){why}")
 
+    fetched = None
     if tree.version or tree.image:
         try:
-            verdict = (own or own_checks)(tree, verl_own.request(entry, good, nodes, npus, tree.root))
+            req = verl_own.request(entry, good, nodes, npus, tree.root)
+            verdict = (own or own_checks)(tree, req)
         except RlboxError as err:  # no environment to run them in: said, and the other checks stand
             if full:
                 restated(f", because verl's own code could not run: {err}")
@@ -422,6 +426,10 @@ def examine(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int
                 not_run.append(NotRun(f"verl's start-up checks: {err}",
                                       "validate where that verl can run: --image, or --verl-version with PyPI reachable"))
         else:
+            if fetch_model is not None and any("model's files" in c for c in verdict.could_not):
+                # an unreachable head ends validation here, with its one line
+                verdict, fetched = with_model_files(tree, req, verdict, model_files.model_paths(all_keys(cfg), get),
+                                                    fetch_model, own or own_checks)
             problems += verl_own.problems(verdict)
             ran += verl_own.ran(verdict)
             not_run += verl_own.not_run(verdict)
@@ -432,7 +440,21 @@ def examine(tree: VerlTree, argv: list[str], nodes: int | None = None, npus: int
         not_run.append(NotRun(f"verl's start-up checks: {tree.origin} is a source folder with no environment to run them in",
                               "validate with --image or --verl-version"))
     problems += restart_rules(get, restarts, mounts)
-    return Outcome(tuple(problems), tuple(ran), tuple(not_run), tuple(beyond))
+    return Outcome(tuple(problems), tuple(ran), tuple(not_run), tuple(beyond),
+                   fetched.lines if fetched else (), fetched.sources if fetched else ())
+
+
+def with_model_files(tree: VerlTree, req: dict, verdict, paths: dict[str, str], fetch_model, own):
+    """verl's checks stopped on the model's files: fetch the small ones (``fetch_model(paths, folder)``,
+    ``model_files.fetcher``) into a temporary folder and run the checks again against that copy (the
+    request's model keys pointed at it; ``model_root`` is the folder an image's container gets, read-only).
+    (verdict, Fetched): the new verdict when any path was fetched, else the first."""
+    with tempfile.TemporaryDirectory(prefix="rlbox-model-files-") as tmp:
+        fetched = fetch_model(paths, Path(tmp))
+        if not fetched.copies:
+            return verdict, fetched
+        again = dict(req, overrides=[*req["overrides"], *model_files.overrides(fetched.copies, paths)], model_root=tmp)
+        return own(tree, again), fetched
 
 
 def interpolation_problems(cfg) -> list[Problem]:

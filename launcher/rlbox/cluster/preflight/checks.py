@@ -101,11 +101,12 @@ def tree_for_validation(*, image: str | None, verl_version: str | None, verl_con
     return tree if tree.commit or not pin else replace(tree, commit=pin)  # the release's verl: its rules
 
 
-def examine_plan(plan: RunPlan, argv: list[str], tree) -> tuple[Outcome, str]:
+def examine_plan(plan: RunPlan, argv: list[str], tree, fetch_model=None) -> tuple[Outcome, str]:
     """`rlbox validate`: the plan's verl job ``argv`` (``verl_argv``) checked against ``tree``, and
-    what the verdict is about."""
+    what the verdict is about; ``fetch_model`` (``model_head.fetcher``) brings the model's small files
+    when verl's checks stop on them."""
     found = validate.examine(tree, argv, len(plan.nodes), plan.npus_per_node, restarts=plan.max_restarts,
-                             mounts=shared_mounts(plan))
+                             mounts=shared_mounts(plan), fetch_model=fetch_model)
     subject = (f"{argv[2] if len(argv) > 2 else ''} with {len(validate.hydra_overrides(argv))} overrides "
                f"for {len(plan.nodes)} x {plan.npus_per_node} NPUs against {tree.origin}")
     return found, subject
