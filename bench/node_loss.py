@@ -78,6 +78,8 @@ def main() -> int:
     ready = [t for t, x in lines if "cluster ready" in x]
     again = ready[1] - killed if len(ready) > 1 else float("nan")
     print(f"rlbox exit code: {code}")
+    if code != 0:  # what rlbox said last, so a failed run names its cause here (a bench's output is all CI keeps)
+        print("rlbox's last lines:\n" + "\n".join(f"  {x.rstrip()}" for _, x in lines[-6:]))
     print(f"node death -> rlbox names it:       {named:6.2f} s  (goal < 5 s)")
     print(f"node death -> cluster ready again:  {again:6.2f} s  (teardown, pre-flight, bring-up)")
     if ray_dead is not None:
