@@ -214,9 +214,14 @@ def test_run_applies_the_manifest_with_kubectl(tmp_path):
     kubectl.write_text(f"#!/bin/sh\n[ \"$*\" = 'apply -f -' ] || exit 9\ncat > {got}\necho rayjob.ray.io/rlbox-t created\n")
     kubectl.chmod(0o755)
     proc = rlbox("run", "--backend", "kuberay", "--k8s-profile", str(PROFILE), "--name", "t", "--smoke-test",
-                 "--nodes", "2", "--image", "verl_pt27_25rc3:a3-arm", env={"RLBOX_KUBECTL": str(kubectl)})
+                 "--nodes", "2", "--image", "verl_pt27_25rc3:a3-arm",
+                 env={"RLBOX_KUBECTL": str(kubectl), "RLBOX_RUNS_DIR": str(tmp_path / "runs")})
     assert proc.returncode == 0, proc.stderr
     assert "rayjob.ray.io/rlbox-t created" in proc.stderr and "kubectl get rayjob rlbox-t -n rl" in proc.stderr
+    # the run's record of its RayJob, for `rlbox status/logs/stop` (the stand-in kubectl has no current context)
+    assert json.loads((tmp_path / "runs" / "t" / "kuberay.json").read_text()) == {
+        "backend": "kuberay", "run": "t", "name": "rlbox-t", "namespace": "rl", "context": None, "kind": "RayJob",
+        "apiVersion": "ray.io/v1"}
     applied = yaml.safe_load(got.read_text())
     assert_valid(applied)
     assert applied["metadata"]["name"] == "rlbox-t"

@@ -2,7 +2,8 @@
 ``schedule``): ``plan`` turns a resolved run request into a value whose ``describe()`` is what
 `--dry-run` prints (nothing touched), ``submit`` carries it out, ``stop`` ends the run it made.
 `rlbox status` and `rlbox logs` read the run's record (runs/NAME/state.json), which every backend
-that starts containers writes the same way."""
+that starts containers writes the same way; a backend whose run is no containers of rlbox's
+(``own_record``: kuberay) answers `rlbox status`/`logs`/`stop` itself from its own record."""
 
 from __future__ import annotations
 
@@ -73,6 +74,7 @@ class RunOptions:
 class Backend(ABC):
     name: str = ""
     options: frozenset[str] = frozenset()  # the backend-specific options it takes (RunOptions.given's names)
+    own_record: bool = False  # its runs have no state.json: status/logs/stop are all its own
 
     def check_options(self, opts: RunOptions) -> None:
         stray = [k for k in opts.given() if k not in self.options]
@@ -97,6 +99,10 @@ class Backend(ABC):
         it beside the nodes); None when the backend has no scheduler of its own (hosts)."""
         return None
 
+    def logs(self, runs_dir: Path, name: str, follow: bool, io: Io) -> None:  # pragma: no cover - own_record only
+        """The job's log, for a backend with ``own_record`` (the others' is read from state.json)."""
+        raise RlboxError(f"--backend {self.name}: rlbox logs reads the run's state.json")
+
 
 NAMES = ("hosts", "slurm", "kuberay")
 _MODULES = {"hosts": "rlbox.backends.hosts", "slurm": "rlbox.backends.slurm.backend", "kuberay": "rlbox.backends.kuberay"}
@@ -110,5 +116,10 @@ def get(name: str) -> Backend:
 
 
 def of_run(run_dir: Path) -> str:
-    """Which backend made the run in RUN_DIR: slurm when its allocation record is there, else hosts."""
-    return "slurm" if (run_dir / "slurm.json").exists() else "hosts"
+    """Which backend made the run in RUN_DIR: slurm when its allocation record is there, kuberay
+    when its RayJob record is (and no state.json of containers), else hosts."""
+    if (run_dir / "slurm.json").exists():
+        return "slurm"
+    if (run_dir / "kuberay.json").exists() and not (run_dir / "state.json").exists():
+        return "kuberay"
+    return "hosts"

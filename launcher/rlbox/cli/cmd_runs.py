@@ -1,5 +1,6 @@
 """`rlbox status`, `rlbox logs`, `rlbox stop`: a run after `rlbox run` started it, read from its
-record (runs/NAME/state.json) and its nodes."""
+record (runs/NAME/state.json) and its nodes; a run whose backend keeps its own record (kuberay:
+runs/NAME/kuberay.json) is answered by that backend."""
 
 from __future__ import annotations
 
@@ -28,6 +29,17 @@ def _watcher(state, nodes) -> watch.Watch:
                        nodes, None)
 
 
+def _io() -> base.Io:
+    return base.Io(echo=lambda line: err.print(f"rlbox: {line}", markup=False), emit=click.echo,
+                   warn=lambda line: err.print(f"rlbox: {line}", markup=False), line=click.echo)
+
+
+def _own(runs_dir: Path, name: str) -> base.Backend | None:
+    """The run's backend when it answers for the run itself (kuberay: no state.json), else None."""
+    backend = base.get(base.of_run(run_state.run_dir(runs_dir, name)))
+    return backend if backend.own_record else None
+
+
 def _keep_log(state, client: JobsClient) -> str | None:
     """A copy of the job's log under the run dir while the head still has it (a detached run
     has no other); the reason when it cannot be taken."""
@@ -51,7 +63,16 @@ def _keep_log(state, client: JobsClient) -> str | None:
 def status_cmd(name, runs_dir, as_json):
     """Show a run: its nodes' containers and the job's status. A run its record calls live whose
     container stopped, froze or vanished is shown as lost, naming the node (the record may not
-    know: rlbox was killed, or the run was detached)."""
+    know: rlbox was killed, or the run was detached). A KubeRay run: what KubeRay says of its RayJob."""
+    own = _own(runs_dir, name)
+    if own is not None:
+        scheduler = own.status(runs_dir, name)
+        if as_json:
+            click.echo(json.dumps({"run": name, "backend": own.name, "scheduler": scheduler}, indent=2))
+        else:
+            out.print(f"run {name} (--backend {own.name})", markup=False)
+            out.print(scheduler["line"], markup=False)
+        return
     state = run_state.load(runs_dir, name)
     from rlbox.cluster import driver
 
@@ -119,7 +140,12 @@ def status_cmd(name, runs_dir, as_json):
 def logs_cmd(name, runs_dir, follow):
     """Print the job's log (from the cluster while it runs, else the saved log file). What is
     read from the cluster is also kept under the run dir. Following ends, naming the node, when
-    a node of the run is lost (its container stopped, froze or vanished, or Ray marks it DEAD)."""
+    a node of the run is lost (its container stopped, froze or vanished, or Ray marks it DEAD).
+    A KubeRay run: its submitter pod's log (kubectl logs)."""
+    own = _own(runs_dir, name)
+    if own is not None:
+        own.logs(runs_dir, name, follow, _io())
+        return
     state = run_state.load(runs_dir, name)
     if state.phase not in LIVE or not state.submission_id:
         log = state.job_log()
@@ -157,7 +183,12 @@ def logs_cmd(name, runs_dir, follow):
 @RUNS_DIR
 def stop_cmd(name, runs_dir):
     """Remove exactly this run's containers (by label) on every node, and its simulation network.
-    The job's log is copied under the run dir first (a detached run's only copy is on its head)."""
+    The job's log is copied under the run dir first (a detached run's only copy is on its head).
+    A KubeRay run: its RayJob is deleted (KubeRay removes the RayCluster)."""
+    own = _own(runs_dir, name)
+    if own is not None:
+        own.stop(runs_dir, name, _io())
+        return
     state = run_state.load(runs_dir, name)
     nodes = connect_all(state.hosts())
     try:
@@ -177,9 +208,7 @@ def stop_cmd(name, runs_dir):
     click.echo(f"run {name}: removed {removed} container(s) on {len(nodes)} node(s)")
     run_dir = run_state.state_path(runs_dir, name).parent
     if base.of_run(run_dir) != "hosts":  # the run's allocation (slurm: scancel)
-        base.get(base.of_run(run_dir)).stop(runs_dir, name, base.Io(
-            echo=lambda line: err.print(f"rlbox: {line}", markup=False), emit=click.echo,
-            warn=lambda line: err.print(f"rlbox: {line}", markup=False), line=click.echo))
+        base.get(base.of_run(run_dir)).stop(runs_dir, name, _io())
     try:
         ended = {}
         if state.phase in LIVE:  # the run did not end by itself: the record says how it did
