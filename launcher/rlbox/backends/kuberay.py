@@ -46,7 +46,7 @@ class KubeRayBackend(Backend):
         stray = [k for k in ("--detach", "--keep", "--replace", "--no-doctor") if k in opts.given()]
         if stray:
             raise RlboxError("--detach, --keep, --replace and --no-doctor are for --backend hosts; a RayJob is "
-                             "followed with kubectl and removed by KubeRay (shutdownAfterJobFinishes)")
+                             "followed with `rlbox status/logs` (kubectl) and removed by KubeRay (shutdownAfterJobFinishes)")
         super().check_options(opts)
 
     def plan(self, req: launch.RunRequest, opts: RunOptions):
