@@ -226,3 +226,25 @@ def test_run_applies_the_manifest_with_kubectl(tmp_path):
     assert_valid(applied)
     assert applied["metadata"]["name"] == "rlbox-t"
     assert applied["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 1
+
+
+def test_run_records_the_kubectl_context_and_keeps_another_backends_run(tmp_path):
+    """The RayJob record names kubectl's current context at apply; a run folder holding a hosts
+    run's state.json is refused before anything is applied (its record would be shadowed)."""
+    applied = tmp_path / "applied"
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text("#!/bin/sh\ncase \"$*\" in\n  'config current-context') echo site-a ;;\n"
+                       f"  'apply -f -') cat > {applied}; echo rayjob.ray.io/rlbox-t created ;;\n  *) exit 9 ;;\nesac\n")
+    kubectl.chmod(0o755)
+    env = {"RLBOX_KUBECTL": str(kubectl), "RLBOX_RUNS_DIR": str(tmp_path / "runs")}
+    args = ("run", "--backend", "kuberay", "--k8s-profile", str(PROFILE), "--name", "t", "--smoke-test", "--nodes", "2",
+            "--image", "verl_pt27_25rc3:a3-arm")
+    proc = rlbox(*args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "runs" / "t" / "kuberay.json").read_text())["context"] == "site-a"
+    applied.unlink()
+    (tmp_path / "runs" / "t" / "state.json").write_text("{}")
+    proc = rlbox(*args, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "rlbox: error: run 't' already has a record of another backend" in proc.stderr
+    assert not applied.exists()
