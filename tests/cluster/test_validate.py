@@ -197,7 +197,7 @@ def test_run_with_a_seed_typo_starts_nothing(engine, sim_image, tmp_path, verl_s
 @pytest.mark.engine
 def test_config_is_extracted_from_the_image_once(selftest_image, tmp_path, monkeypatch):
     _, image, _ = selftest_image
-    monkeypatch.setattr(validate, "CACHE", tmp_path / "cache")
+    monkeypatch.setenv("RLBOX_CACHE", str(tmp_path / "cache"))  # core.paths.cache_dir: where verl trees are kept
     client = docker.from_env()
     before = len(client.containers.list(all=True))
     tree = validate.from_image(client, image)
