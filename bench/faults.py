@@ -60,6 +60,8 @@ NAMED = ("was lost", "rlbox: error:", "interrupted", "driver")
 DOCTOR = ("--no-doctor",) if os.environ.get("RLBOX_FAULTS_NO_DOCTOR") == "1" else ()
 ALL = ("worker-net", "head-net", "dockerd-kill", "two-workers", "driver-kill9", "distribute", "up-kill9", "bed-down")
 QUICK = ("driver-kill9",)
+# a testbed up with --slurm (the tests' session testbed) runs these on its hosts: part of the host, like sshd
+SLURM_DAEMONS = ("munged", "slurmd", "slurmctld", "slurmscriptd")
 
 
 class Run:
@@ -136,7 +138,8 @@ def host_state(bed: Testbed, index: int):
 
 def processes_left(bed: Testbed, run: Run | None) -> list[str]:
     """On this machine: rlbox and ssh processes of the run or the testbed's addresses; on each host:
-    any process besides its init, dockerd, containerd(-shim) and sshd that is not in a container."""
+    any process besides its init, dockerd, containerd(-shim), sshd and, on a testbed up with --slurm,
+    its Slurm daemons, that is not in a container."""
     from rlbox.testbed import execute
 
     left = []
@@ -160,7 +163,7 @@ def processes_left(bed: Testbed, run: Run | None) -> list[str]:
             if comm == "sleep" and parent == hs.init_pid:  # the host's init waits in it: part of the host
                 continue
             if pid == hs.init_pid or comm in ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2",
-                                              "sshd", "docker-init") or "docker" in cgroup:
+                                              "sshd", "docker-init", *SLURM_DAEMONS) or "docker" in cgroup:
                 continue
             left.append(f"host {h['index']}: {comm} (pid {pid})")
     return left
