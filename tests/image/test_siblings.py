@@ -14,13 +14,6 @@ def flagship(m):
     return by["a2-arm"], by["a3-arm"]
 
 
-def texts(v):
-    env = render.environment(v.root)
-    return {"Dockerfile": render.dockerfile(v, env), "image.json": render.image_json(v),
-            "requirements.lock": render.locked_requirements(v),
-            "requirements-sdist.lock": render.locked_requirements(v, sdists=True)}
-
-
 def test_every_a2_of_the_matrix_is_its_a3_but_for_the_hardware(m):
     pairs = siblings.pairs(m.variants)
     assert {a.release.release for a, _ in pairs} >= {"verl_pt210_cann910"}
@@ -49,7 +42,7 @@ def _swap(text: str, old: str, new: str) -> str:
 ])
 def test_any_other_difference_is_named(m, file, change, named):
     a, b = flagship(m)
-    ta, tb = texts(a), texts(b)
+    ta, tb = render.variant_files(a), render.variant_files(b)
     ta[file] = change(ta[file])
     found = siblings.compare_texts("verl_pt210_cann910", a, b, ta, tb)
     assert not found.same_but_for_hardware

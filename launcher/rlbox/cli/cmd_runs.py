@@ -34,10 +34,10 @@ def _io() -> base.Io:
                    warn=lambda line: err.print(f"rlbox: {line}", markup=False), line=click.echo)
 
 
-def _own(runs_dir: Path, name: str) -> base.Backend | None:
-    """The run's backend when it answers for the run itself (kuberay: no state.json), else None."""
-    backend = base.get(base.of_run(run_state.run_dir(runs_dir, name)))
-    return backend if backend.own_record else None
+def _backend(runs_dir: Path, name: str) -> base.Backend:
+    """The backend that made the run (by its record files); one with ``own_record`` (kuberay: no
+    state.json) answers status/logs/stop for the run itself."""
+    return base.get(base.of_run(run_state.run_dir(runs_dir, name)))
 
 
 def _keep_log(state, client: JobsClient) -> str | None:
@@ -64,13 +64,13 @@ def status_cmd(name, runs_dir, as_json):
     """Show a run: its nodes' containers and the job's status. A run its record calls live whose
     container stopped, froze or vanished is shown as lost, naming the node (the record may not
     know: rlbox was killed, or the run was detached). A KubeRay run: what KubeRay says of its RayJob."""
-    own = _own(runs_dir, name)
-    if own is not None:
-        scheduler = own.status(runs_dir, name)
+    backend = _backend(runs_dir, name)
+    if backend.own_record:
+        scheduler = backend.status(runs_dir, name)
         if as_json:
-            click.echo(json.dumps({"run": name, "backend": own.name, "scheduler": scheduler}, indent=2))
+            click.echo(json.dumps({"run": name, "backend": backend.name, "scheduler": scheduler}, indent=2))
         else:
-            out.print(f"run {name} (--backend {own.name})", markup=False)
+            out.print(f"run {name} (--backend {backend.name})", markup=False)
             out.print(scheduler["line"], markup=False)
         return
     state = run_state.load(runs_dir, name)
@@ -98,8 +98,7 @@ def status_cmd(name, runs_dir, as_json):
     finally:
         for n in nodes:
             n.close()
-    run_dir = run_state.state_path(runs_dir, name).parent
-    scheduler = base.get(base.of_run(run_dir)).status(runs_dir, name)  # Slurm's word on its allocation
+    scheduler = backend.status(runs_dir, name)  # Slurm's word on its allocation (None: hosts)
     phase = "lost" if loss else state.phase_name
     lost = loss.line() if loss else state.lost
     if orphan is not None and not loss:
@@ -142,9 +141,9 @@ def logs_cmd(name, runs_dir, follow):
     read from the cluster is also kept under the run dir. Following ends, naming the node, when
     a node of the run is lost (its container stopped, froze or vanished, or Ray marks it DEAD).
     A KubeRay run: its submitter pod's log (kubectl logs)."""
-    own = _own(runs_dir, name)
-    if own is not None:
-        own.logs(runs_dir, name, follow, _io())
+    backend = _backend(runs_dir, name)
+    if backend.own_record:
+        backend.logs(runs_dir, name, follow, _io())
         return
     state = run_state.load(runs_dir, name)
     if state.phase not in LIVE or not state.submission_id:
@@ -185,9 +184,9 @@ def stop_cmd(name, runs_dir):
     """Remove exactly this run's containers (by label) on every node, and its simulation network.
     The job's log is copied under the run dir first (a detached run's only copy is on its head).
     A KubeRay run: its RayJob is deleted (KubeRay removes the RayCluster)."""
-    own = _own(runs_dir, name)
-    if own is not None:
-        own.stop(runs_dir, name, _io())
+    backend = _backend(runs_dir, name)
+    if backend.own_record:
+        backend.stop(runs_dir, name, _io())
         return
     state = run_state.load(runs_dir, name)
     nodes = connect_all(state.hosts())
@@ -206,9 +205,8 @@ def stop_cmd(name, runs_dir):
     if kept:
         err.print(f"rlbox: warning: the job's log could not be copied before the stop ({kept})", markup=False)
     click.echo(f"run {name}: removed {removed} container(s) on {len(nodes)} node(s)")
-    run_dir = run_state.state_path(runs_dir, name).parent
-    if base.of_run(run_dir) != "hosts":  # the run's allocation (slurm: scancel)
-        base.get(base.of_run(run_dir)).stop(runs_dir, name, _io())
+    if backend.name != "hosts":  # the run's allocation (slurm: scancel)
+        backend.stop(runs_dir, name, _io())
     try:
         ended = {}
         if state.phase in LIVE:  # the run did not end by itself: the record says how it did

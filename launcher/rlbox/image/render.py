@@ -106,6 +106,14 @@ def locked_requirements(variant: ResolvedVariant, sdists: bool = False) -> str:
     return "\n".join(head) + "\n" + body
 
 
+def variant_files(v: ResolvedVariant, env: jinja2.Environment | None = None) -> dict[str, str]:
+    """The generated files of one variant, by their names in its folder (dockerfiles/RELEASE/VARIANT/)."""
+    env = env or environment(v.root)
+    return {"Dockerfile": dockerfile(v, env), "image.json": image_json(v),
+            "requirements.lock": locked_requirements(v),
+            "requirements-sdist.lock": locked_requirements(v, sdists=True)}
+
+
 def render_all(matrix: Matrix) -> dict[Path, str]:
     """Every generated file, keyed by its path relative to the tree's root."""
     env = environment(matrix.root)
@@ -116,10 +124,7 @@ def render_all(matrix: Matrix) -> dict[Path, str]:
                 f"{v.manifest_rel}: components.{v.unresolved[0]}.commit: not a full commit, and no fresh "
                 f"lock of {v.ref} resolves it ({v.lock.path}): run `rlbox lock {v.release.release}`"
             )
-        out[v.dockerfile] = dockerfile(v, env)
-        out[v.dockerfile.parent / "image.json"] = image_json(v)
-        out[v.dockerfile.parent / "requirements.lock"] = locked_requirements(v)
-        out[v.dockerfile.parent / "requirements-sdist.lock"] = locked_requirements(v, sdists=True)
+        out.update({v.dockerfile.parent / name: text for name, text in variant_files(v, env).items()})
     out[workflow.PATH] = workflow.render(matrix)
     return out
 

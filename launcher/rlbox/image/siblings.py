@@ -81,12 +81,6 @@ class Siblings:
                 "unexplained": list(self.unexplained), "same_but_for_hardware": self.same_but_for_hardware}
 
 
-def _files(v: ResolvedVariant, env) -> dict[str, str]:
-    return {"Dockerfile": render.dockerfile(v, env), "image.json": render.image_json(v),
-            "requirements.lock": render.locked_requirements(v),
-            "requirements-sdist.lock": render.locked_requirements(v, sdists=True)}
-
-
 def compare_texts(release: str, a: ResolvedVariant, b: ResolvedVariant, texts_a: dict[str, str],
                   texts_b: dict[str, str]) -> Siblings:
     """The judgement over two variants' rendered files (by name)."""
@@ -128,7 +122,7 @@ def compare_texts(release: str, a: ResolvedVariant, b: ResolvedVariant, texts_a:
 def compare(a: ResolvedVariant, b: ResolvedVariant) -> Siblings:
     """Two variants of one release, rendered and judged."""
     env = render.environment(a.root)
-    return compare_texts(a.release.release, a, b, _files(a, env), _files(b, env))
+    return compare_texts(a.release.release, a, b, render.variant_files(a, env), render.variant_files(b, env))
 
 
 def pairs(variants) -> list[tuple[ResolvedVariant, ResolvedVariant]]:
