@@ -151,6 +151,10 @@ def test_verl_trains_with_vllm_loses_a_node_resumes_merges_serves_and_reports(be
     # the production path: ssh to each host, pre-flight on each, the stand-in named
     assert f"started on {bed.address(1)} (1 NPUs)" in out and f"started on {bed.address(2)} (1 NPUs)" in out, out[-4000:]
     assert "pre-flight: " in out and " checks passed on 2 node(s)" in out, out[-4000:]
+    # before anything started: verl's own checks in the image on the head, the model read through the run's
+    # mount, up to the rollout server's vLLM engine config (verl's worker-side checks)
+    assert "ran: verl 0.9.1's own code: verl's rollout server for vLLM as its replica makes it (vLLMReplica, " \
+           "vLLMHttpServer.launch_server), to vLLM's engine config" in out, out[-6000:]
     # Slurm's allocation held for the whole run, the restart inside it, and released at the end
     job = json.loads((runs / name / "slurm.json").read_text())["job"]
     assert f"slurm: job {job} runs on h1 ({bed.address(1)}), h2 ({bed.address(2)}); Ray's head on h1" in out, out[-4000:]

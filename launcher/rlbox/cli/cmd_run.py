@@ -154,6 +154,12 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
     image, or an environment made from the --verl-version wheel); with restarts, that they can resume
     (trainer.save_freq > 0, checkpoints on a mount every node has).
 
+    Where the image has vLLM, also verl's worker-side checks: the rollout server verl starts for vLLM, made
+    as verl's replica makes it and launched by verl's own code up to vLLM's engine config (vLLM's argument
+    parser, its model, cache, parallel and scheduler checks), stopped before the engine starts. An NPU
+    image on a machine without NPUs stops before vLLM, and says so. `rlbox run` runs all of this in the
+    image on the head node, with the run's mounts read-only, so the model is read where the job reads it.
+
     When verl's checks stop on the model's files and the model path is not on this machine, only its
     small files (config, generation config, tokenizer; never weights) are fetched into a temporary
     folder, from the head node over ssh (a path under one of the run's mounts), the image (a path under

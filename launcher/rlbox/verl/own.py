@@ -90,6 +90,8 @@ def problems(v: Verdict) -> list[Problem]:
     if not v.rejected:
         return []
     at = f" ({v.where})" if v.where else ""
+    if (v.where or "").startswith("vllm/") or v.rejected.startswith("vLLM's"):  # the engine verl's rollout starts
+        return [Problem(("verl",), f"vLLM rejects this as verl {v.verl}'s rollout server starts it{at}: {v.rejected}")]
     return [Problem(("verl",), f"verl {v.verl} rejects this at start-up{at}: {v.rejected}")]
 
 
@@ -218,18 +220,26 @@ def run_many_in_env(python: Path, reqs: list[dict]) -> list[Verdict]:
     return Verdict.parse_all(proc.stdout, str(python.parent.parent), len(reqs))
 
 
-def run_in_image(client, image: str, req: dict) -> Verdict:
-    """The script in a throw-away container of ``image`` (no network), through its own entrypoint; the
-    request's ``model_root`` (a folder of this machine), when it has one, mounted read-only."""
-    from docker.errors import APIError, ContainerError
+def run_in_image(client, image: str, req: dict, mounts: tuple[tuple[str, str], ...] = ()) -> Verdict:
+    return run_many_in_image(client, image, [req], mounts)[0]
 
-    root = req.get("model_root")  # the model's small files fetched for the checks: seen read-only at the same path
-    try:
-        out = client.containers.run(image, ["python3", "-c", SCRIPT.read_text(encoding="utf-8"), json.dumps(req)],
-                                    remove=True, network_mode="none", volumes={root: {"bind": root, "mode": "ro"}} if root else None,
+
+def run_many_in_image(client, image: str, reqs: list[dict], mounts: tuple[tuple[str, str], ...] = ()) -> list[Verdict]:
+    """The script in a throw-away container of ``image`` (no network), through its own entrypoint, one
+    process for all ``reqs``; each request's ``model_root`` (a folder of this machine), when it has one,
+    mounted read-only at the same path, and ``mounts`` ((source, target) on ``client``'s machine: the
+    run's, so that the checks read the model where the job will) read-only."""
+    from docker.errors import APIError, ContainerError
+    from docker.types import Mount
+
+    roots = sorted({r["model_root"] for r in reqs if r.get("model_root")})  # the model's small files fetched
+    binds = [Mount(dst, src, type="bind", read_only=True) for src, dst in (*mounts, *((r, r) for r in roots))]
+    try:  # a bind whose source is not there is refused by the engine (never made): one line, below
+        out = client.containers.run(image, ["python3", "-c", SCRIPT.read_text(encoding="utf-8"), json.dumps(reqs)],
+                                    remove=True, network_mode="none", mounts=binds,
                                     environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "RAY_USAGE_STATS_ENABLED": "0"})
     except ContainerError as err:
         raise RlboxError(f"verl's own checks failed to run in {image}: {' '.join(str(err).split())[-240:]}") from None
     except APIError as err:
         raise RlboxError(f"verl's own checks could not start in {image}: {err.explanation or err}") from None
-    return Verdict.parse(out.decode(errors="replace"), image)
+    return Verdict.parse_all(out.decode(errors="replace"), image, len(reqs))

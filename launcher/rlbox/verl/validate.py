@@ -480,13 +480,14 @@ def interpolation_problems(cfg) -> list[Problem]:
     return []
 
 
-def own_checks(tree: VerlTree, req: dict, client=None) -> "verl_own.Verdict":
+def own_checks(tree: VerlTree, req: dict, client=None, mounts: tuple[tuple[str, str], ...] = ()) -> "verl_own.Verdict":
     """verl's own start-up checks where that verl is: the image (on ``client``'s engine, default the
-    local one), or the environment of its wheel."""
+    local one, with ``mounts`` read-only: (source, target) on that engine's machine), or the
+    environment of its wheel."""
     if tree.image:
         from rlbox.core import engine
 
-        return verl_own.run_in_image(client or engine.local_client(), tree.image, req)
+        return verl_own.run_in_image(client or engine.local_client(), tree.image, req, mounts)
     return verl_own.run_in_env(verl_own.env_python(tree.version, echo=lambda line: print(f"rlbox: {line}", file=sys.stderr)), req)
 
 

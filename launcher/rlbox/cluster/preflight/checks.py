@@ -56,7 +56,8 @@ def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, r
             if tree is not None:
                 found = validate.examine(tree, list(plan.job.argv), len(plan.nodes), plan.npus_per_node,
                                          restarts=plan.max_restarts, mounts=shared_mounts(plan),
-                                         own=lambda t, req: validate.own_checks(t, req, nodes[0].client))
+                                         own=lambda t, req: validate.own_checks(t, req, nodes[0].client,
+                                                                                head_mounts(plan)))
                 echo(report(found, f"the job's overrides against {tree.origin}", warn))
         if run_doctor:
             checks, took = doctor_mod.run_checks(plan, nodes, replace)
@@ -69,6 +70,12 @@ def checks_before_start(plan: RunPlan, *, verl_version=None, verl_config=None, r
             echo(f"pre-flight: {len(checks)} checks passed on {len(plan.nodes)} node(s) in {took:.2f} s")
 
     return before
+
+
+def head_mounts(plan: RunPlan) -> tuple[tuple[str, str], ...]:
+    """(source, target) of every mount the head's container gets: verl's checks in the image on the head
+    read the model (its config, its tokenizer) where the job will."""
+    return tuple((m.source, m.target) for m in plan.nodes[0].container.mounts) if plan.nodes else ()
 
 
 def shared_mounts(plan: RunPlan) -> tuple[tuple[str, bool], ...]:

@@ -54,12 +54,13 @@ def compose(req: dict, base: str):
         return hydra_compose(config_name=req["config_name"], overrides=[*extra, *req["overrides"], *size])
 
 
-def where(tb, root: str) -> str | None:
-    """The innermost frame inside verl: ``verl/utils/config.py:123``."""
+def where(tb, root: str, *others: str) -> str | None:
+    """The innermost frame inside verl (or one of ``others``, vLLM's folder): ``verl/utils/config.py:123``."""
     found = None
     for frame in traceback.extract_tb(tb):
-        if frame.filename.startswith(root):
-            found = f"{os.path.relpath(frame.filename, os.path.dirname(root))}:{frame.lineno}"
+        for top in (root, *others):
+            if top and frame.filename.startswith(top + os.sep):
+                found = f"{os.path.relpath(frame.filename, os.path.dirname(top))}:{frame.lineno}"
     return found
 
 
@@ -118,8 +119,8 @@ def verdict(req: dict) -> dict:
         own_validate_config(req, cfg, source, entry, root, out)
     else:  # verl 0.5-0.7 (and the seed commits): the entrypoint's TaskRunner.run, as verl runs it
         task_runner(req, cfg, root, out)
-    out["beyond"].append("worker-side checks (the rollout and engine configs, vLLM's engine arguments, "
-                         "built inside the workers once they start)")
+    if out["rejected"] is None:
+        worker_side(cfg, root, out)
     return out
 
 
@@ -254,6 +255,149 @@ def task_runner(req: dict, cfg, root: str, out: dict) -> None:
     seen = sorted(set(stood_in) - {"the model's processor"})
     if seen:
         out["beyond"].append("loading " + " and ".join(seen) + " (stood in: their files are on the nodes)")
+
+
+class EngineReached(Exception):
+    """verl's run_server got vLLM's engine config and asked for the engine: stop before it starts."""
+
+
+def worker_side(cfg, root: str, out: dict) -> None:
+    """What verl checks once its workers run, before its first step, that needs no NPU: the rollout
+    server verl starts on each node for vLLM, made as verl's replica makes it (the replica class for
+    ``rollout.name``, its constructor's checks: world size against the NPUs per node; the server's
+    constructor: the rollout and model configs as dataclasses, ``max_model_len`` against the model),
+    then its ``launch_server`` as verl calls it (the rollout config turned into ``vllm serve``
+    arguments, parsed by vLLM's own parser) and its ``run_server`` up to vLLM's engine config
+    (``AsyncEngineArgs.create_engine_config``: vLLM's model, cache, parallel and scheduler checks),
+    stopped where the engine would start. Ray's runtime context (a job id that names an IPC socket,
+    the node's address) is stood in: no Ray cluster runs here."""
+    from omegaconf import OmegaConf
+
+    name = OmegaConf.select(cfg, "actor_rollout_ref.rollout.name")
+    what = ("worker-side checks (verl's rollout server: the rollout config turned into vLLM's engine arguments "
+            "and vLLM's engine config)")
+    if name != "vllm":
+        out["beyond"].append(f"{what}: the rollout is {name!r}; rlbox runs vLLM's")
+        return
+    vllm_spec = importlib.util.find_spec("vllm")
+    if vllm_spec is None:
+        out["beyond"].append(f"{what}: vLLM is not importable here (validate with --image, or the run's image)")
+        return
+    try:
+        replica_mod = importlib.import_module("verl.workers.rollout.replica")
+    except ImportError as err:
+        out["beyond"].append(f"{what}: verl.workers.rollout.replica does not import here ({type(err).__name__}: {err})")
+        return
+    get_class = getattr(replica_mod, "get_rollout_replica_class", None)
+    if get_class is None:
+        out["beyond"].append(f"{what}: this verl builds vLLM's engine inside its workers, with no rollout "
+                             "replica class to make without them")
+        return
+    import asyncio
+    import io
+
+    vllm_root = list(vllm_spec.submodule_search_locations)[0]
+    rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
+    gpus = OmegaConf.select(cfg, "actor_rollout_ref.rollout.n_gpus_per_node") or cfg.trainer.n_gpus_per_node
+    disagg = OmegaConf.select(cfg, "actor_rollout_ref.rollout.disaggregation.enabled")
+    stage = "the rollout replica"
+    try:
+        params = inspect.signature(get_class).parameters
+        replica_cls = get_class(name, **({"disaggregation_enabled": bool(disagg)} if "disaggregation_enabled" in params else {}))
+        replica = replica_cls(replica_rank=0, config=rollout, model_config=model, gpus_per_node=int(gpus))
+        server_cls = getattr(replica, "server_class", None)
+        server_cls = getattr(server_cls, "__ray_actor_class__", server_cls)
+        mod = sys.modules.get(getattr(server_cls, "__module__", ""), None)
+        if server_cls is None or not hasattr(server_cls, "launch_server") or not hasattr(mod, "AsyncLLM"):
+            out["beyond"].append(f"{what}: {replica_cls.__name__} has no server class whose launch_server this "
+                                 "check knows how to call")
+            return
+        n = int(replica.gpus_per_replica_node)
+        given = {"config": replica.config, "model_config": replica.model_config,
+                 "rollout_mode": getattr(replica_mod, "RolloutMode").HYBRID, "workers": [None] * n,
+                 "replica_rank": 0, "node_rank": 0, "gpus_per_node": n, "nnodes": int(replica.nnodes),
+                 "cuda_visible_devices": ",".join(str(i) for i in range(n))}
+        wanted = inspect.signature(server_cls.__init__).parameters
+        missing = [p for p, v in wanted.items() if p != "self" and v.default is inspect.Parameter.empty and p not in given]
+        if missing:
+            out["beyond"].append(f"{what}: {server_cls.__name__} takes {', '.join(missing)}, which this check "
+                                 "does not know how to give")
+            return
+        stage = f"verl's {server_cls.__name__}"
+        with ray_context():
+            server = server_cls(**{k: v for k, v in given.items() if k in wanted})
+        platform = vllm_platform()
+        if platform:  # an NPU image on a machine with no NPU: vLLM cannot even build its argument parser
+            out["ran"].append(f"verl's rollout server for vLLM as its replica makes it ({replica_cls.__name__}, "
+                              f"{server_cls.__name__}: world size, the rollout and model configs, max_model_len "
+                              "against the model); Ray's runtime context stood in")
+            out["beyond"].append(f"{server_cls.__name__}.launch_server (the rollout config as vLLM's engine arguments "
+                                 f"and vLLM's engine config): {platform}")
+            return
+        stage = f"verl's {server_cls.__name__}.launch_server"
+        real = mod.AsyncLLM
+
+        class Stop:
+            @staticmethod
+            def from_vllm_config(*a, **k):
+                raise EngineReached
+
+        mod.AsyncLLM, parser_said = Stop, io.StringIO()
+        try:
+            with contextlib.redirect_stderr(parser_said):
+                asyncio.run(server.launch_server())
+        finally:
+            mod.AsyncLLM = real
+    except EngineReached:
+        at = line_of(sys.modules[server_cls.__module__].__file__, "AsyncLLM.from_vllm_config(", root)
+        out["ran"].append(f"verl's rollout server for vLLM as its replica makes it ({replica_cls.__name__}, "
+                          f"{server_cls.__name__}.launch_server), to vLLM's engine config, stopped before the engine "
+                          f"starts{at}; Ray's runtime context stood in")
+        out["beyond"].append("checks that need the NPUs and the weights: vLLM's memory profiling and KV cache, HCCL, "
+                             "loading and syncing the weights")
+    except SystemExit as err:  # vLLM's argument parser refused what verl built (an engine_kwargs key, a value)
+        said = [ln for ln in parser_said.getvalue().splitlines() if "error:" in ln]
+        text = said[-1].split("error:", 1)[1].strip() if said else f"exit {err.code}"
+        out["rejected"] = f"vLLM's argument parser: {text} (the rollout config as verl passes it to vllm serve)"[:600]
+        out["where"] = line_of(sys.modules[server_cls.__module__].__file__, "parser.parse_args(", root).strip(" ()") or None
+        out["ran"].append("verl's rollout server for vLLM as its replica makes it, up to vLLM's argument parser")
+    except Exception as err:  # noqa: BLE001 - verl's or vLLM's own rejection, whatever its type
+        reject(out, err, root, f"{what}, at {stage}")
+        if out["rejected"]:
+            out["where"] = where(err.__traceback__, root, vllm_root)
+            out["ran"].append(f"verl's rollout server for vLLM as its replica makes it, up to {stage}")
+
+
+def vllm_platform() -> str | None:
+    """None when vLLM has a platform here (its CPU build; an accelerator); else why its engine config
+    cannot be made here (an NPU image on a machine with no NPU: vllm-ascend's platform needs torch_npu)."""
+    try:
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_unspecified():
+            return None
+    except Exception as err:  # noqa: BLE001 - a platform plugin that cannot load here
+        return f"vLLM's platform does not load here ({type(err).__name__}: {' '.join(str(err).split())[:160]})"
+    return "vLLM has no platform here (its NPU platform needs the NPU runtime): they run on the nodes"
+
+
+@contextlib.contextmanager
+def ray_context():
+    """Ray's runtime context as a Ray actor would see it, for the server's constructor: a job id (it
+    names the engine's IPC socket) and this node's address."""
+    import types
+
+    import ray
+    import ray.util
+
+    saved = ray.get_runtime_context, ray.util.get_node_ip_address
+    ray.get_runtime_context = lambda: types.SimpleNamespace(get_job_id=lambda: "rlbox-validate",
+                                                            get_node_id=lambda: "rlbox-validate")
+    ray.util.get_node_ip_address = lambda *a, **k: "127.0.0.1"
+    try:
+        yield
+    finally:
+        ray.get_runtime_context, ray.util.get_node_ip_address = saved
 
 
 if __name__ == "__main__":
