@@ -80,6 +80,9 @@ def images_outdated(releases, as_json, fail_on, pip_index, mirror, ca_bundle):
                 r.newest or "", r.newest_at or "", r.newest_pre or "",
                 r.status if r.status != "unknown" and r.pinned_at else f"{r.status}: {r.note}")))
         out.print(table)
+        for r in rows:  # what keeps a pin where it is, as the manifest says (`blocked:`)
+            if r.blocked:
+                out.print(f"{r.release} {r.component} {r.pinned}: blocked: {r.blocked}")
         behind = [r for r in rows if r.behind]
         out.print(f"{len(behind)} of {len(rows)} pinned components are behind {index} "
                   f"({sum(r.status == 'unknown' for r in rows)} unknown)", markup=False)

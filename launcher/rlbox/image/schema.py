@@ -225,6 +225,10 @@ class Component(Strict):
         None, description="a PyPI sdist that stands in for the git source where it cannot be fetched "
         "(recorded as a substitution in the lock; `rlbox lock --strict` refuses it)"
     )
+    blocked: str | None = Field(
+        None, min_length=10, max_length=600,
+        description="why this pin cannot move to a newer upstream release: the requirement that blocks it, "
+        "with its file:line (`rlbox images outdated` shows it; not part of the image or its lock)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "Component":
