@@ -19,7 +19,7 @@ def images():
 @images.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable: every variant with its pins.")
 def images_list(as_json: bool):
-    """List every RELEASE:VARIANT with its hardware, platform and tag."""
+    """List every RELEASE:VARIANT with its hardware, platform, track (stable or pre-release) and tag."""
     from rlbox.core.paths import find_root
     from rlbox.image import matrix_cache
 
@@ -27,9 +27,9 @@ def images_list(as_json: bool):
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = table_of("RELEASE:VARIANT", "HW", "PLATFORM", "CANN", "PY", "IMAGE")
+    table = table_of("RELEASE:VARIANT", "HW", "PLATFORM", "CANN", "PY", "TRACK", "IMAGE")
     for r in rows:
-        table.add_row(r["ref"], r["hardware"], r["platform"], r["cann"], r["python"], r["tag"])
+        table.add_row(r["ref"], r["hardware"], r["platform"], r["cann"], r["python"], r["track"], r["tag"])
     out.print(table)
 
 

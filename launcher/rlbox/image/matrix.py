@@ -204,6 +204,7 @@ class ResolvedVariant:
             "dockerfile": str(self.dockerfile),
             "components": {c.name: c.spec.pin() for c in self.components},
             "patches": [p.ref for p in self.patches],
+            "track": self.release.track,
         }
 
     def as_dict(self) -> dict[str, Any]:

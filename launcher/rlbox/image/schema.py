@@ -342,6 +342,9 @@ class Release(Strict):
     )
     components: dict[str, Component] = Field(min_length=1)
     variants: dict[str, Variant] = Field(min_length=1)
+    track: Literal["stable", "pre-release"] = Field(
+        "stable", description="stable: the default; pre-release: a track built on a release candidate of its stack "
+        "(vllm-ascend rcN) for those who need it before its stable release; `rlbox images list` says which")
     local_only: str | None = Field(
         None, min_length=10, max_length=400, description="why this release builds only on a developer's machine "
         "(e.g. a component from a loopback index); the CI workflow leaves its variants out and gives this reason"
