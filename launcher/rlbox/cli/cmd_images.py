@@ -19,7 +19,7 @@ def images():
 @images.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable: every variant with its pins.")
 def images_list(as_json: bool):
-    """List every RELEASE:VARIANT with its hardware, platform and tag."""
+    """List every RELEASE:VARIANT with its hardware, platform, track (stable or pre-release) and tag."""
     from rlbox.core.paths import find_root
     from rlbox.image import matrix_cache
 
@@ -27,9 +27,9 @@ def images_list(as_json: bool):
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = table_of("RELEASE:VARIANT", "HW", "PLATFORM", "CANN", "PY", "IMAGE")
+    table = table_of("RELEASE:VARIANT", "HW", "PLATFORM", "CANN", "PY", "TRACK", "IMAGE")
     for r in rows:
-        table.add_row(r["ref"], r["hardware"], r["platform"], r["cann"], r["python"], r["tag"])
+        table.add_row(r["ref"], r["hardware"], r["platform"], r["cann"], r["python"], r["track"], r["tag"])
     out.print(table)
 
 
@@ -80,6 +80,9 @@ def images_outdated(releases, as_json, fail_on, pip_index, mirror, ca_bundle):
                 r.newest or "", r.newest_at or "", r.newest_pre or "",
                 r.status if r.status != "unknown" and r.pinned_at else f"{r.status}: {r.note}")))
         out.print(table)
+        for r in rows:  # what keeps a pin where it is, as the manifest says (`blocked:`)
+            if r.blocked:
+                out.print(f"{r.release} {r.component} {r.pinned}: blocked: {r.blocked}")
         behind = [r for r in rows if r.behind]
         out.print(f"{len(behind)} of {len(rows)} pinned components are behind {index} "
                   f"({sum(r.status == 'unknown' for r in rows)} unknown)", markup=False)

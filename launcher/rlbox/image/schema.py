@@ -225,6 +225,10 @@ class Component(Strict):
         None, description="a PyPI sdist that stands in for the git source where it cannot be fetched "
         "(recorded as a substitution in the lock; `rlbox lock --strict` refuses it)"
     )
+    blocked: str | None = Field(
+        None, min_length=10, max_length=600,
+        description="why this pin cannot move to a newer upstream release: the requirement that blocks it, "
+        "with its file:line (`rlbox images outdated` shows it; not part of the image or its lock)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "Component":
@@ -338,6 +342,9 @@ class Release(Strict):
     )
     components: dict[str, Component] = Field(min_length=1)
     variants: dict[str, Variant] = Field(min_length=1)
+    track: Literal["stable", "pre-release"] = Field(
+        "stable", description="stable: the default; pre-release: a track built on a release candidate of its stack "
+        "(vllm-ascend rcN) for those who need it before its stable release; `rlbox images list` says which")
     local_only: str | None = Field(
         None, min_length=10, max_length=400, description="why this release builds only on a developer's machine "
         "(e.g. a component from a loopback index); the CI workflow leaves its variants out and gives this reason"
