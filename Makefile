@@ -43,8 +43,11 @@ help:
 setup:
 	bash .ci/provision
 
+# Two pytest-xdist workers: the engine, testbed and AISBench tests run on one of them in order, as one group
+# (tests/conftest.py), the rest on the other meanwhile. TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 test: setup
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 sim-image: setup
 	bash tools/make-base-image.sh

@@ -19,6 +19,21 @@ from support import selftest  # noqa: E402
 
 REPO = selftest.REPO
 
+# Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that touches the engine, the
+# testbed or AISBench runs in one group, on one worker, one after another and in the order collected, as
+# in a plain run: they share the session's images and testbed, and two of them side by side would fight
+# over 2 cores (Ray's 30 s start-up limit) and one engine's containers. The tests that need none of it
+# (about 1700, pure judgements and files) run on the other worker meanwhile.
+SERIAL = "engine"
+SERIAL_FIXTURES = {"engine", "ais_bench"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("engine") \
+                or item.get_closest_marker("aisbench"):
+            item.add_marker(pytest.mark.xdist_group(SERIAL))
+
 
 @pytest.fixture(scope="session")
 def m():
