@@ -22,7 +22,8 @@ def test_batch_script_quotes_every_value_and_holds_the_nodes():
     plan = _plan(name="sl-a", nodes=4, partition="npu", time="2:00:00", npus=16, login="10.0.0.1")
     script = plan.batch_script()
     assert "#SBATCH --nodes=4" in script and "#SBATCH --partition=npu" in script and "#SBATCH --gres=npu:16" in script
-    assert "#SBATCH --time=2:00:00" in script and "#SBATCH --exclusive" in script
+    assert "#SBATCH --time=2:00:00" in script and "#SBATCH --exclusive" not in script  # GRES: the node may be shared
+    assert "#SBATCH --exclusive" in _plan(name="sl-a", nodes=4).batch_script()  # whole nodes
     assert plan.sbatch_argv()[:2] == ["sbatch", "--parsable"] and "--job-name=rlbox-sl-a" in plan.sbatch_argv()
     for line in script.splitlines():
         if line.startswith("echo "):
@@ -176,3 +177,31 @@ def test_a_tampered_allocation_record_is_one_line(tmp_path, record, why):
     for call in (BACKEND.status, lambda d, n: BACKEND.stop(d, n, None)):
         with pytest.raises(RlboxError, match=why):
             call(tmp_path, "r")
+
+
+SHOW_JOB = """JobId=7 JobName=rlbox-sl-g
+   JobState=RUNNING Reason=None Dependency=(null)
+   NumNodes=2 NumCPUs=2 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   JOB_GRES=npu:8
+     Nodes=h[1-2] CPU_IDs=1 Mem=0 GRES=npu:4(IDX:4-7)
+   TresPerNode=gres:npu:4
+"""
+
+
+@pytest.mark.parametrize("text, npus, found, why", [
+    (SHOW_JOB, 4, [("h[1-2]", (4, 5, 6, 7))], None),
+    ("     Nodes=h1 CPU_IDs=0 Mem=0 GRES=npu:4(IDX:0-1,6-7)\n     Nodes=h3 CPU_IDs=0 Mem=0 GRES=npu:4(IDX:0-3)\n", 4,
+     [("h1", (0, 1, 6, 7)), ("h3", (0, 1, 2, 3))], None),
+    ("     Nodes=h1 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1),npu:ascend:2(IDX:2-3)\n", 2, [("h1", (2, 3))], None),
+    ("     Nodes=h1 CPU_IDs=0 Mem=0 GRES=\n", 4, [], "slurm: job 7: no npu ids in its allocation on h1 (no GRES)"),
+    ("     Nodes=h1 CPU_IDs=0 Mem=0 GRES=npu:2(IDX:0-1)\n", 4, [], "slurm: job 7: 2 npu ids on h1, not the 4 asked"),
+    ("JobId=7\n   JobState=RUNNING\n", 4, [], "slurm: job 7: scontrol shows no node of its allocation"),
+])
+def test_the_npu_ids_slurm_allocated_are_read_never_guessed(text, npus, found, why):
+    assert sp.judge_gres(text, npus, "7") == (found, why)
+
+
+@pytest.mark.parametrize("ids, text", [((0, 1, 2, 3), "0-3"), ((4, 5, 6, 7, 9), "4-7,9"), ((2,), "2"), ((), "")])
+def test_ids_are_said_as_slurm_writes_them(ids, text):
+    assert sp.ids_text(ids) == text
+    assert sp.parse_ids(text) == ids if text else True

@@ -103,22 +103,6 @@ def test_ctrl_c_mid_run_leaves_nothing_on_any_host(clean, tmp_path):
     assert bed.leftovers("tbt-int") == []
 
 
-def test_two_runs_share_two_hosts_by_npu_ids(clean, tmp_path):
-    bed = clean
-    cluster = bed.cluster(1, 2)
-    job = ["--", "python3", "-c", "import ray, time; ray.init(address='auto'); time.sleep(4);"
-           "print('npus', ray.cluster_resources()['NPU'])"]
-    procs = [subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", "--cluster", cluster, "--devices", ids,
-                               "--name", name, "--runs-dir", str(tmp_path), *job],
-                              cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for ids, name in (("0-7", "tbt-low"), ("8-15", "tbt-high"))]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
-        assert "npus 16.0" in out, out[-1000:]
-        assert "cluster ready: 2 nodes, 16 NPUs" in err
-
-
 @pytest.mark.parametrize("fault, expected", [
     ("engine", "rlbox: error: {h2}: Docker engine not reachable over ssh"),
     ("sshd", "rlbox: error: {h2}: cannot "),

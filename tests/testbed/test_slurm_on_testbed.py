@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from rlbox.backends.slurm import plan as sp
 from support.testbed import rlbox
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.engine
 
@@ -58,6 +61,34 @@ def test_smoke_job_through_a_slurm_allocation(clean, tmp_path):
     assert "runs on h1 (" in proc.stderr and "Ray's head on h1" in proc.stderr
     assert "ended (scancel)" in proc.stderr
     assert (tmp_path / "sl-smoke" / "slurm.json").exists()
+
+
+def test_two_runs_share_two_nodes_by_the_npu_ids_slurm_allocates(clean, tmp_path):
+    """Two runs asking 8 of each node's 16 NPUs as GRES (`--gres-npus --devices 8`), started at once: Slurm
+    packs both on the same two nodes with disjoint ids (read from `scontrol show job -d`, never guessed);
+    each run's containers get exactly those devices, and each job sees its 16 NPUs in Ray."""
+    job = ["--", "python3", "-c", "import ray, time; ray.init(address='auto'); time.sleep(4);"
+           "print('npus', ray.cluster_resources()['NPU'])"]
+    procs = [subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", "--backend", "slurm", "--cluster", clean.cluster_file,
+                               "--runs-dir", str(tmp_path), "--image", clean.image, "--nodes", "2", "--devices", "8",
+                               "--gres-npus", "--time", "10", "--name", name, *job],
+                              cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(os.environ, PYTHONPATH=str(REPO / "launcher")))
+             for name in ("sl-ga", "sl-gb")]
+    outs = [p.communicate(timeout=600) for p in procs]
+    ids = {}
+    for p, (out, err), name in zip(procs, outs, ("sl-ga", "sl-gb")):
+        assert p.returncode == 0, err[-3000:]
+        assert "npus 16.0" in out and "cluster ready: 2 nodes, 16 NPUs" in err, (out + err)[-3000:]
+        record = json.loads((tmp_path / name / "slurm.json").read_text())
+        assert record["nodes_of_job"] == ["h1", "h2"], record
+        ids[name] = record["npu_ids"]
+        said = ", ".join(f"{n}: {sp.ids_text(tuple(i))}" for n, i in record["npu_ids"].items())
+        assert f"slurm: NPU ids (GRES npu) {said}" in err, err[-3000:]
+        assert "--exclusive" not in json.dumps(record)
+    for node in ("h1", "h2"):
+        a, b = set(ids["sl-ga"][node]), set(ids["sl-gb"][node])
+        assert len(a) == len(b) == 8 and not a & b and a | b == set(range(16)), ids
 
 
 @pytest.mark.parametrize("args, line", [

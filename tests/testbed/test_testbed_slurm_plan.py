@@ -20,7 +20,7 @@ def test_slurm_conf_names_every_host_by_address_and_whole_nodes():
     assert "SlurmctldHost=h1(10.214.1.1)" in conf
     for i, npus in ((1, 16), (2, 16), (3, 8)):
         assert f"NodeName=h{i} NodeAddr=10.214.1.{i} NodeHostname=h{i} CPUs=2 RealMemory=1000 Gres=npu:{npus}" in conf
-    assert f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE" in conf
+    assert f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" in conf
     for setting in ("ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "GresTypes=npu",
                     "AccountingStorageType=accounting_storage/none", "StateSaveLocation=/var/lib/rlbox-testbed/tbsl/slurm/state"):
         assert setting in conf.splitlines()

@@ -29,7 +29,9 @@ from rlbox.verl import outcome
                    "kuberay: a KubeRay RayJob on --nodes pods (--k8s-profile; --dry-run prints the manifest, else `kubectl apply`).")
 @click.option("--partition", help="Slurm partition (backend slurm; default: the cluster file's slurm.partition, else Slurm's default).")
 @click.option("--time", "time_limit", metavar="T", help="Slurm time limit of the allocation (backend slurm): MINUTES, HH:MM:SS, D-HH:MM.")
-@click.option("--gres-npus", is_flag=True, help="Also ask Slurm for every node's NPUs as GRES npu:K (backend slurm).")
+@click.option("--gres-npus", is_flag=True, help="Ask Slurm for K NPUs of each node as GRES npu:K (K: --devices N, the recipe's or "
+              "the hardware's) instead of whole nodes: another run may share the nodes on the other NPU ids; the run uses "
+              "the ids Slurm allocated on each node (backend slurm).")
 @cmd_k8s.PROFILE
 @cmd_k8s.SCHEDULER
 @cmd_k8s.QUEUE

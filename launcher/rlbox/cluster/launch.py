@@ -56,6 +56,7 @@ class RunRequest:
     dry_run: bool = False
     max_restarts: int | None = None  # None: the recipe's default (0 without a recipe)
     recipe_release: str | None = None  # the release whose form of the recipe runs (default: the image's)
+    devices_of: dict[str, tuple[int, ...]] = field(default_factory=dict)  # host -> NPU ids a scheduler gave (Slurm GRES)
 
 
 def host_arch_variant() -> str:
@@ -110,7 +111,12 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
 
     # -- devices --------------------------------------------------------------------------
     asked = _devices_asked(req, recipe)
-    if asked is not None:
+    if req.devices_of:  # the ids a scheduler allocated on each node, never guessed
+        missing = [h.name for h in spec.hosts if not req.devices_of.get(h.name)]
+        if missing:
+            raise RlboxError(f"{missing[0]}: the scheduler gave no NPU ids for this node")
+        devices = {h.name: tuple(req.devices_of[h.name]) for h in spec.hosts}
+    elif asked is not None:
         devices = {h.name: asked for h in spec.hosts}
     elif req.sim:
         devices = {h.name: h.sim.devices if h.sim.devices is not None else profile.npus_per_node for h in spec.hosts}

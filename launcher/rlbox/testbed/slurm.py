@@ -10,8 +10,9 @@
   address. The hosts share one hostname, so each Slurm daemon runs in a UTS namespace of its own
   whose hostname is its node's name (what Slurm matches against ``NodeHostname``).
 * What works without privilege in a network namespace: ``proctrack/linuxproc``, ``task/none``, no
-  cgroup plugin, no accounting. Nodes are given whole (``OverSubscribe=EXCLUSIVE``); the NPU
-  stand-ins are the GRES ``npu`` (``File=/dev/davinci[0-K]``, the host's own char devices).
+  cgroup plugin, no accounting. Nodes may be shared (``OverSubscribe=NO``: by free CPUs and GRES);
+  rlbox's whole-node runs ask ``--exclusive``. The NPU stand-ins are the GRES ``npu``
+  (``File=/dev/davinci[0-K]``, the host's own char devices).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class SlurmPlan:
             gres = f" Gres=npu:{h.devices}" if h.devices else ""
             lines.append(f"NodeName={h.name} NodeAddr={h.address} NodeHostname={h.name} CPUs={self.cpus} "
                          f"RealMemory={self.memory_mb}{gres} State=UNKNOWN")
-        lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE")
+        lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO")
         return "\n".join(lines) + "\n"
 
     def gres_conf(self) -> str:

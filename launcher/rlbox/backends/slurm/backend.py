@@ -66,6 +66,9 @@ class SlurmBackend(Backend):
                              "settings and the login node), not --hosts or --sim")
         if not req.nodes:
             raise RlboxError("--backend slurm: give --nodes N (how many nodes to ask Slurm for)")
+        if opts.gres_npus and isinstance(req.devices, str) and not req.devices.isdigit():
+            raise RlboxError(f"--devices {req.devices[:40]}: with --gres-npus Slurm picks the NPU ids; give a count "
+                             "(--devices N)")
         run_names.check(req.name, "--name")
         spec = cluster.from_file(req.cluster_file) if req.cluster_file else None
         if spec is not None and spec.nodes >= req.nodes:
@@ -92,12 +95,18 @@ class SlurmBackend(Backend):
             picked = [listed[i] for i in sp.map_nodes(names, addrs, listed)]
             io.echo(f"slurm: job {job} runs on {', '.join(f'{n} ({h})' for n, h in zip(names, picked))}; "
                     f"Ray's head on {names[0]}")
+            given = sx.npu_ids(slurm, plan, job) if plan.npus else {}
+            devices_of = {h: given[n] for n, h in zip(names, picked) if n in given}
+            if given:
+                io.echo("slurm: NPU ids (GRES npu) " + ", ".join(f"{n}: {sp.ids_text(given[n])}" for n in names if n in given))
             nodes_file = run_dir / "slurm-nodes.yaml"
             nodes_file.write_text(derived_cluster(spec, req.cluster_file, picked))
             record = json.loads(sx.record_path(run_dir).read_text()) | {"nodelist": nodelist, "nodes_of_job": names,
-                                                                      "hosts": picked}
+                                                                      "hosts": picked,
+                                                                      "npu_ids": {n: list(i) for n, i in given.items()}}
             sx.record_path(run_dir).write_text(json.dumps(record) + "\n")
-            hreq = replace(req, cluster_file=nodes_file, hosts=None, nodes=len(picked))
+            hreq = replace(req, cluster_file=nodes_file, hosts=None, nodes=len(picked), devices_of=devices_of,
+                           devices=None if devices_of else req.devices)
             hplan, hrun_dir = launch.prepare(hreq)
             watch = sx.Watch(slurm, plan, job, names)
             watch.start()

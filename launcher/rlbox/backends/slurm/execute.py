@@ -112,6 +112,23 @@ def nodes_of(slurm: Slurm, plan: sp.SlurmPlan, nodelist: str) -> tuple[list[str]
     return names, {k: v.strip() for k, v in addrs.items()}
 
 
+def npu_ids(slurm: Slurm, plan: sp.SlurmPlan, job: str) -> dict[str, tuple[int, ...]]:
+    """Node name -> the NPU ids Slurm allocated there (GRES npu), from `scontrol show job -d`."""
+    rc, out, err = slurm.run(["scontrol", "show", "job", "-d", job])
+    if rc != 0:
+        raise RlboxError(sp.controller_line(err, plan.where()))
+    found, why = sp.judge_gres(out, plan.npus or 0, job)
+    if why:
+        raise RlboxError(why)
+    ids = {}
+    for expr, given in found:
+        rc, out, err = slurm.run(["scontrol", "show", "hostnames", expr])
+        if rc != 0:
+            raise RlboxError(sp.controller_line(err, plan.where()))
+        ids.update({name: given for name in out.split()})
+    return ids
+
+
 def cancel(slurm: Slurm, job: str) -> str | None:
     rc, _, err = slurm.run(["scancel", job])
     return None if rc == 0 else (err.strip().splitlines() or [f"exit {rc}"])[-1]

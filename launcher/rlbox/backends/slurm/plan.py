@@ -55,8 +55,9 @@ class SlurmPlan:
         return f"rlbox-{self.name}"
 
     def sbatch_options(self) -> list[str]:
-        opts = [f"--job-name={self.job_name}", f"--nodes={self.nodes}", "--exclusive", "--chdir=/",
-                "--output=/dev/null"]
+        # whole nodes, or (GRES) K NPUs of each node, which another job may share by the other NPU ids
+        opts = [f"--job-name={self.job_name}", f"--nodes={self.nodes}", *(() if self.npus else ("--exclusive",)),
+                "--chdir=/", "--output=/dev/null"]
         if self.partition:
             opts.append(f"--partition={self.partition}")
         if self.time:
@@ -254,3 +255,48 @@ def status_line(found: dict) -> str:
         return f"slurm: job {found['job']}: no longer in Slurm's queue (the allocation ended)"
     return (f"slurm: job {found['job']}: {found['state']} on {found['nodes'] or '(no nodes yet)'}, "
             f"{found['elapsed']} of {found['limit']}")
+
+
+GRES_LINE = re.compile(r"^\s*Nodes=(\S+)\s.*\bGRES=(\S*)")
+GRES_NPU = re.compile(r"(?:^|,)npu(?::[^:(,]+)?(?::\d+)?\(IDX:([0-9,-]+)\)")
+
+
+def parse_ids(text: str) -> tuple[int, ...]:
+    """``0-3,6`` -> (0, 1, 2, 3, 6)."""
+    ids: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        ids.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(ids)
+
+
+def judge_gres(show_job: str, npus: int, job: str) -> tuple[list[tuple[str, tuple[int, ...]]], str | None]:
+    """`scontrol show job -d JOB`: the NPU ids Slurm allocated on each node, as (hostlist expression, ids)
+    (one line may name several nodes with the same ids); or the one line saying why they cannot be read
+    (no GRES npu in the answer, a count other than asked)."""
+    found = []
+    for line in show_job.splitlines():
+        m = GRES_LINE.match(line)
+        if not m:
+            continue
+        idx = GRES_NPU.search(m.group(2))
+        if not idx:
+            return [], f"slurm: job {job}: no npu ids in its allocation on {m.group(1)} ({m.group(2)[:80] or 'no GRES'})"
+        ids = parse_ids(idx.group(1))
+        if len(ids) != npus:
+            return [], f"slurm: job {job}: {len(ids)} npu ids on {m.group(1)}, not the {npus} asked"
+        found.append((m.group(1), ids))
+    if not found:
+        return [], f"slurm: job {job}: scontrol shows no node of its allocation"
+    return found, None
+
+
+def ids_text(ids: tuple[int, ...]) -> str:
+    """(0, 1, 2, 3, 6) -> ``0-3,6``."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
