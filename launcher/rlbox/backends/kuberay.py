@@ -19,6 +19,7 @@ from rlbox.core import engine
 from rlbox.core import names as run_names
 from rlbox.core.errors import RlboxError
 from rlbox.verl import job as verl_job
+from rlbox.verl import tree as verl_tree
 
 
 def plan_kuberay(req: launch.RunRequest, k8s_profile, scheduler, queue, timeout, deadline):
@@ -31,10 +32,10 @@ def validated(plan, *, recipe, verl_version, verl_config, no_validate, echo: Ech
     if no_validate or plan.job is None or not verl_job.is_verl(list(plan.job.argv)):
         return
     rec = recipes.load(recipe) if recipe else None
-    tree = checks.tree_for_validation(image=plan.image_ref or plan.manifest["spec"]["rayClusterSpec"]["headGroupSpec"]
-                                      ["template"]["spec"]["containers"][0]["image"],
-                                      verl_version=verl_version, verl_config=verl_config, recipe=rec,
-                                      client_factory=engine.local_client)
+    tree = verl_tree.for_validation(image=plan.image_ref or plan.manifest["spec"]["rayClusterSpec"]["headGroupSpec"]
+                                    ["template"]["spec"]["containers"][0]["image"],
+                                    verl_version=verl_version, verl_config=verl_config, recipe=rec,
+                                    client_factory=engine.local_client)
     echo(checks.validate_rayjob(plan, tree, warn=warn))
 
 
