@@ -14,8 +14,12 @@ scripts
     another Python's environment) as standalone files: they import nothing of rlbox, and no rlbox module imports
     them (they are read as text).
 verl
-    What rlbox knows of verl's code (validating against it, the scripts that run in its Python) lives in
-    ``rlbox/verl/``: no module or script under ``rlbox/cluster`` is named for verl.
+    What rlbox knows of verl's code (validating against it, the scripts that run in its Python, its job's
+    command line, its recipes' release forms, its step line and metric keys) lives in ``rlbox/verl/``. Checked
+    by proxy in every module outside that room and outside ``rlbox/resources`` (data, and the stand-ins'
+    files copied into images): none imports verl itself (``import verl``, ``from verl... import``), none
+    names a file of verl's source (``verl/utils/device.py``, with or without ``:LINE``, in code, docstrings
+    or comments), and no module under ``rlbox/cluster`` is named for verl.
 cycles
     The module graph has no cycle. An edge is any import of an rlbox module, at the top of a
     file or inside a function, absolute or relative; ``from pkg import sub`` is an edge to the
@@ -43,6 +47,7 @@ rule reports there.
 from __future__ import annotations
 
 import ast
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -503,14 +508,37 @@ def test_container_scripts_import_nothing_of_rlbox(tree):
     assert not violations, _report("scripts", violations)
 
 
+VERL_SOURCE = re.compile(r"\bverl/[\w/]+\.py\b")  # a file of verl's source, e.g. verl/utils/device.py(:76)
+SOURCE_LINE = re.compile(r"\b[\w./-]+\.py:\d+")  # an upstream line, e.g. workers/fsdp_workers.py:846 (a shim's where)
+
+
+def _imports_verl(node: ast.AST) -> bool:
+    if isinstance(node, ast.Import):
+        return any(a.name == "verl" or a.name.startswith("verl.") for a in node.names)
+    return isinstance(node, ast.ImportFrom) and not node.level and bool(node.module) and \
+        (node.module == "verl" or node.module.startswith("verl."))
+
+
 def check_verl_room(s: Scan) -> list[Violation]:
-    """No module under rlbox.cluster named for verl (verl_*.py, a verl* package): it belongs in rlbox/verl/."""
+    """verl knowledge outside rlbox.verl (and rlbox.resources, data): a module under rlbox.cluster named
+    for verl (verl_*.py, a verl* package), an import of verl itself, a reference to a file of verl's source."""
     out = []
+    move = f"move it into {PACKAGE}.verl (git mv, so merges follow the rename)"
     for m in s.modules.values():
-        inside = m.name.startswith(f"{PACKAGE}.cluster.")
-        if inside and any(part.startswith("verl") for part in m.name.split(".")[2:]):
-            out.append(Violation(m.rel, 1, "verl", f"{m.name} is verl knowledge under rlbox/cluster; move it into "
-                                 f"{PACKAGE}.verl (git mv, so merges follow the rename)"))
+        if any(m.name == x or m.name.startswith(x + ".") for x in (f"{PACKAGE}.verl", f"{PACKAGE}.resources")):
+            continue
+        if m.name.startswith(f"{PACKAGE}.cluster.") and any(part.startswith("verl") for part in m.name.split(".")[2:]):
+            out.append(Violation(m.rel, 1, "verl", f"{m.name} is verl knowledge under rlbox/cluster; {move}"))
+        for node in ast.walk(m.tree):
+            if _imports_verl(node):
+                out.append(Violation(m.rel, node.lineno, "verl", f"{m.name} imports verl itself; what runs in verl's "
+                                     f"Python is a script under {PACKAGE}/verl/scripts/, what knows it a module of {PACKAGE}.verl"))
+        text = (s.root.parent / m.rel).read_text(encoding="utf-8")
+        for n, line in enumerate(text.splitlines(), 1):
+            found = VERL_SOURCE.search(line) or SOURCE_LINE.search(line)
+            if found:
+                out.append(Violation(m.rel, n, "verl", f"{m.name} names verl's source ({found.group(0)}): what knows "
+                                     f"verl's code is {PACKAGE}.verl's (or data under {PACKAGE}/resources); {move}"))
     return sorted(out)
 
 
@@ -518,6 +546,8 @@ def test_verl_knowledge_lives_in_its_room(tree):
     violations = check_verl_room(tree)
     assert not violations, _report("verl", violations)
     assert f"{PACKAGE}.verl.validate" in tree.modules and f"{PACKAGE}.verl.scripts.verl_checks" in tree.modules
+    for room in ("job", "tree", "forms", "steplog", "glossary", "outcome"):  # what the rule moved there
+        assert f"{PACKAGE}.verl.{room}" in tree.modules, room
 
 
 def test_no_import_cycles(tree):
@@ -654,12 +684,34 @@ def test_self_check_scripts(synthetic):
 
 
 def test_self_check_verl_room(tmp_path):
-    (tmp_path / "rlbox" / "cluster" / "preflight").mkdir(parents=True)
-    for rel in ("__init__.py", "cluster/__init__.py", "cluster/preflight/__init__.py", "cluster/preflight/verl_own.py",
-                "cluster/plan.py"):
-        (tmp_path / "rlbox" / rel).write_text("")
+    files = {
+        "__init__.py": "", "cluster/__init__.py": "", "cluster/preflight/__init__.py": "",
+        "cluster/preflight/verl_own.py": "",  # named for verl, under cluster
+        "cluster/plan.py": 'ENTRY = "python3 -m verl.trainer.main_ppo"\nimport verlish\n',  # a module name: fine
+        "cluster/jobs.py": '"""Jobs.\n\nverl prints it (verl/utils/logger/aggregate_logger.py:42).\n"""\n',
+        "training/__init__.py": "",
+        "training/metrics.py": "def parse():\n    from verl.utils import logger\n    # see verl/trainer/main_ppo.py\n",
+        "image/__init__.py": "", "image/standins.py": "import os, verl.trainer\n",
+        "image/shims.py": 'WHERE = {"0.5.0": "utils/device.py:76-86"}\n',  # an upstream line
+        "verl/__init__.py": "", "verl/steplog.py": "import verl\n# verl/utils/logger/aggregate_logger.py\n",
+        "verl/scripts/__init__.py": "", "verl/scripts/checks.py": "from verl.trainer import main_ppo\n",
+        "resources/__init__.py": "", "resources/standins/x/shim.py": "from verl.plugin import y  # verl/plugin/a.py:3\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / "rlbox" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "rlbox" / rel).write_text(text)
     found = check_verl_room(scan(tmp_path))
-    assert [(v.path, v.rule) for v in found] == [(f"{tmp_path.name}/rlbox/cluster/preflight/verl_own.py", "verl")]
+    assert [(v.path.removeprefix(f"{tmp_path.name}/rlbox/"), v.line, v.rule) for v in found] == [
+        ("cluster/jobs.py", 3, "verl"),  # a docstring naming verl's source
+        ("cluster/preflight/verl_own.py", 1, "verl"),  # named for verl
+        ("image/shims.py", 1, "verl"),  # a shim's upstream line
+        ("image/standins.py", 1, "verl"),  # import verl.trainer
+        ("training/metrics.py", 2, "verl"),  # from verl.utils import ..., inside a function
+        ("training/metrics.py", 3, "verl"),  # a comment naming verl's source
+    ], "\n".join(map(str, found))
+    assert "names verl's source (verl/utils/logger/aggregate_logger.py)" in found[0].detail
+    assert "names verl's source (utils/device.py:76)" in found[2].detail
+    assert "rlbox.image.standins imports verl itself" in found[3].detail
 
 
 def test_self_check_cycles(synthetic):

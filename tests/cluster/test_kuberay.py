@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from rlbox.cli.main import cli
 from rlbox.cluster import launch, recipes
 from rlbox.cluster.preflight import checks
+from rlbox.verl import tree as verl_tree
 from support.kuberay import profile_with
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "kuberay"
@@ -170,7 +171,7 @@ def test_validation_runs_before_the_file_is_written(tmp_path, monkeypatch):
         origin = "verl at test"
 
     seen = []
-    monkeypatch.setattr(checks, "tree_for_validation", lambda **kw: seen.append(kw) or Tree())
+    monkeypatch.setattr(verl_tree, "for_validation", lambda **kw: seen.append(kw) or Tree())
     from rlbox.verl.outcome import Outcome, Problem
 
     monkeypatch.setattr(checks.validate, "examine", lambda tree, argv, nodes, npus, **kw:

@@ -132,18 +132,6 @@ def test_for_restart_resumes_verl_and_renames_the_submission():
     assert jobs.for_restart(other, 1).argv == other.argv  # not verl: the same command
 
 
-@pytest.mark.parametrize("text, step", [
-    ("(TaskRunner pid=12, ip=10.0.0.1) Setting global step to 40\n", 40),
-    # verl 0.9.1 (trainer/ppo/v1): one logged line
-    ("(TaskRunnerV1 pid=672) INFO:2026-11-26 18:07:15,708:Resuming from /data/checkpoints/x/global_step_2, "
-     "setting global step to 2\n", 2),
-    ("Load from checkpoint folder: /ckpt/global_step_40\n", None),
-    ("Training from scratch\n", None),
-])
-def test_resumed_step_reads_verls_line(text, step):
-    assert jobs.resumed_step(text) == step
-
-
 def test_restarts_and_loss_are_recorded_and_read_back(tmp_path):
     entry = {"attempt": 1, "of": 2, "cause": "node1 (h1), the worker, was lost: x", "resumed_step": 7}
     state = RunState({"run": "r", "run_id": "x"}, Phase.RESTARTING, restarts=(entry,), lost="y")

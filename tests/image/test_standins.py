@@ -123,3 +123,18 @@ def test_the_cpu_vllm_gets_the_name_verl_looks_it_up_by_in_the_layer_only(m):
     assert "rlbox_vllm_alias" not in standins.plan(v05, "verl-cpu-shims", "localhost/x:y").dockerfile.split("COPY")[0]
     assert "RUN python3 -m rlbox_vllm_alias" not in standins.plan(v05, "verl-cpu-shims", "localhost/x:y").dockerfile
     assert "rlbox_vllm_alias" not in (REPO / "dockerfiles" / "verl_cpu_09" / "amd64" / "Dockerfile").read_text()
+
+
+def test_a_standins_file_is_data_held_to_its_schema(tmp_path):
+    """What a stand-in is (summary, shims, the upstream lines each works around) is its folder's
+    standin.yaml, read as data: an unknown key or a shim naming no upstream lines is one line."""
+    folder = tmp_path / "x-shims"
+    folder.mkdir()
+    (folder / "standin.yaml").write_text("summary: 'x: y'\nshims:\n- name: a\n  why: b\n  where: {}\n")
+    with pytest.raises(RlboxError, match=r"resources/standins/x-shims/standin.yaml: shims.0.where"):
+        standins.load(folder)
+    (folder / "standin.yaml").write_text("summary: 'x: y'\nshim: []\n")
+    with pytest.raises(RlboxError, match=r"shim"):
+        standins.load(folder)
+    (folder / "standin.yaml").write_text("summary: 'x: y'\nshims:\n- name: a\n  why: b\n  where: {'1.0': f.py:1}\n")
+    assert standins.load(folder) == standins.Standin("x-shims", "x: y", (), (standins.Shim("a", "b", {"1.0": "f.py:1"}),))

@@ -19,6 +19,8 @@ import pytest
 
 from conftest import REPO, rlbox
 from rlbox.training import metrics
+from rlbox.verl import glossary as verl_glossary
+from rlbox.verl import steplog
 from rlbox.core.errors import RlboxError
 
 # Verbatim from seed 001 §4.6 ("分析训练日志"): step 1 of the 4xA3 DAPO Qwen3-32B run.
@@ -148,7 +150,7 @@ def test_the_seed_step_line_parses_whole_and_every_key_is_explained():
     assert row["actor/pg_clipfrac"] == 9.875712657958502e-05
     assert row["perf/total_num_tokens"] == 7718944 and isinstance(row["perf/total_num_tokens"], int)
     assert row["train/num_gen_batches"] == 1
-    _, glossary = metrics.glossary()
+    _, glossary = verl_glossary.glossary()
     assert [k for k in m.keys if k not in glossary] == []
 
 
@@ -197,9 +199,9 @@ def test_lines_after_a_whole_step_line_are_not_glued_to_it():
 
 
 def test_values_as_pformat_writes_them():
-    assert [metrics.value(t) for t in ("3", "-2.0", "1e-06", "np.float64(0.25)", "np.int64(7)", "True", "np.float32(nan)")][:6] \
+    assert [steplog.value(t) for t in ("3", "-2.0", "1e-06", "np.float64(0.25)", "np.int64(7)", "True", "np.float32(nan)")][:6] \
         == [3, -2.0, 1e-06, 0.25, 7, 1]
-    assert metrics.value("tensor(0.5, device='npu:0')") is None
+    assert steplog.value("tensor(0.5, device='npu:0')") is None
 
 
 # -- the command ------------------------------------------------------------------------------

@@ -12,12 +12,14 @@ import shlex
 from pathlib import Path
 
 from rlbox.backends.base import Backend, Echo, Io, RunOptions
-from rlbox.cluster import jobs, k8s_apply, launch, recipes
+from rlbox.cluster import k8s_apply, launch, recipes
 from rlbox.cluster import rayjob_status as rs
 from rlbox.cluster.preflight import checks
 from rlbox.core import engine
 from rlbox.core import names as run_names
 from rlbox.core.errors import RlboxError
+from rlbox.verl import job as verl_job
+from rlbox.verl import tree as verl_tree
 
 
 def plan_kuberay(req: launch.RunRequest, k8s_profile, scheduler, queue, timeout, deadline):
@@ -27,13 +29,13 @@ def plan_kuberay(req: launch.RunRequest, k8s_profile, scheduler, queue, timeout,
 
 def validated(plan, *, recipe, verl_version, verl_config, no_validate, echo: Echo, warn: Echo) -> None:
     """The verl job checked against the verl that will run, as before a --hosts run."""
-    if no_validate or plan.job is None or not jobs.is_verl(list(plan.job.argv)):
+    if no_validate or plan.job is None or not verl_job.is_verl(list(plan.job.argv)):
         return
     rec = recipes.load(recipe) if recipe else None
-    tree = checks.tree_for_validation(image=plan.image_ref or plan.manifest["spec"]["rayClusterSpec"]["headGroupSpec"]
-                                      ["template"]["spec"]["containers"][0]["image"],
-                                      verl_version=verl_version, verl_config=verl_config, recipe=rec,
-                                      client_factory=engine.local_client)
+    tree = verl_tree.for_validation(image=plan.image_ref or plan.manifest["spec"]["rayClusterSpec"]["headGroupSpec"]
+                                    ["template"]["spec"]["containers"][0]["image"],
+                                    verl_version=verl_version, verl_config=verl_config, recipe=rec,
+                                    client_factory=engine.local_client)
     echo(checks.validate_rayjob(plan, tree, warn=warn))
 
 

@@ -19,7 +19,9 @@ from rlbox.cluster import sim as sim_hosts
 from rlbox.cluster.preflight import checks, doctor, model_head
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
+from rlbox.verl import job as verl_job
 from rlbox.verl import outcome
+from rlbox.verl import tree as verl_tree
 
 
 @click.command("run", context_settings={"ignore_unknown_options": False})
@@ -176,9 +178,9 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
                                            hardware=hardware, recipe=recipe, params=list(params), sets=list(sets),
                                            command=list(command), mounts=list(mounts), max_restarts=max_restarts,
                                            image=image)
-    argv = checks.verl_argv(plan)
-    tree = checks.tree_for_validation(image=image, verl_version=verl_version, verl_config=verl_config,
-                                      recipe=rec, client_factory=engine.local_client)
+    argv = verl_job.required(list(plan.job.argv) if plan.job else None)
+    tree = verl_tree.for_validation(image=image, verl_version=verl_version, verl_config=verl_config,
+                                    recipe=rec, client_factory=engine.local_client)
     fetch_model = model_head.fetcher(hosts=hosts, cluster_file=cluster_file, mounts=list(mounts), image=tree.image,
                                      client_factory=engine.local_client)
     found, subject = checks.examine_plan(plan, argv, tree, fetch_model)
@@ -188,7 +190,7 @@ def validate_cmd(hosts, cluster_file, nodes, devices, image, hardware, verl_vers
         if status:
             sys.exit(status)
         return
-    line = checks.report(found, subject, warn=lambda line: err.print(f"rlbox: {line}", markup=False))
+    line = outcome.report(found, subject, warn=lambda line: err.print(f"rlbox: {line}", markup=False))
     if status:
         raise RlboxError(f"{line} (--strict)", exit_code=status)
     click.echo(line)

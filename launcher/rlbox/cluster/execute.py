@@ -20,6 +20,7 @@ from rlbox.core.errors import RlboxError
 from rlbox.cluster.hosts import Node, connect_all, on_every
 from rlbox.cluster.plan import LABEL_RUN, LABEL_RUN_ID, NodePlan, RunPlan
 from rlbox.cluster.state import STATE_FILE, Phase, RunState, restart_line
+from rlbox.verl import job as verl_job
 
 Echo = Callable[[str], None]
 
@@ -555,7 +556,7 @@ def _follow(client: jobs.JobsClient, submission: str, cluster: Cluster, log_path
                 log.flush()
                 emit(text)
                 if looking[0]:
-                    step = jobs.resumed_step(text)
+                    step = verl_job.resumed_step(text)
                     if step is not None:
                         looking[0] = False
                         run.resumed(step, echo)

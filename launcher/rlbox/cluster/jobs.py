@@ -15,9 +15,9 @@ import requests
 
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.plan import JobPlan
+from rlbox.verl import job as verl_job
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
-_VERL_MODULE = re.compile(r"^(verl\.|recipe\.)")
 
 # The built-in cluster check (`rlbox run --smoke-test`): one placement group bundle per node
 # holding all its NPUs, as verl's resource pools do; each bundle's task reports what it sees.
@@ -58,29 +58,6 @@ sys.exit(0 if ok else 1)
 """
 
 
-def _cluster_args(argv: list[str], nodes: int, npus: int) -> list[str]:
-    """Set trainer.nnodes / trainer.n_gpus_per_node from the cluster; refuse a conflicting value."""
-    want = {"trainer.nnodes": str(nodes), "trainer.n_gpus_per_node": str(npus)}
-    seen = set()
-    for arg in argv:
-        key, sep, value = arg.lstrip("+").partition("=")
-        if sep and key in want:
-            seen.add(key)
-            if value.strip("'\"") != want[key]:
-                raise RlboxError(
-                    f"{key}={value} conflicts with the cluster ({nodes} node(s) x {npus} NPUs): "
-                    f"drop it, rlbox sets {key}={want[key]}"
-                )
-    return argv + [f"{k}={v}" for k, v in want.items() if k not in seen]
-
-
-def is_verl(argv: list[str]) -> bool:
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "-m" and _VERL_MODULE.match(argv[i + 1]):
-            return True
-    return False
-
-
 def plan_job(
     argv: list[str],
     *,
@@ -94,8 +71,8 @@ def plan_job(
 ) -> JobPlan:
     if not argv:
         raise RlboxError("no job: give a command after `--`, --recipe NAME, or --smoke-test")
-    if is_verl(argv):
-        argv = _cluster_args(list(argv), nodes, npus_per_node)
+    if verl_job.is_verl(argv):
+        argv = verl_job.sized(list(argv), nodes, npus_per_node)
     command = shlex.join(argv)
     entrypoint = f"cd {shlex.quote(working_dir)} && {command}" if working_dir else command
     return JobPlan(
@@ -116,29 +93,15 @@ def smoke_job(*, run: str, run_id: str) -> JobPlan:
                     description="rlbox smoke test: every NPU of every node visible through Ray")
 
 
-# verl's trainer on resume, _load_checkpoint: "Setting global step to N" (0.5-0.7); verl 0.9 logs
-# "Resuming from .../global_step_N, setting global step to N"
-_RESUMED = re.compile(r"[Ss]etting global step to (\d+)")
-
-
 def for_restart(job: JobPlan, attempt: int) -> JobPlan:
-    """The same job, submitted again after restart ``attempt`` (Ray wants a new submission id);
-    a verl job with ``trainer.resume_mode=auto`` (any other resume_mode replaced), so verl
-    resumes from the newest checkpoint in trainer.default_local_dir."""
-    argv = list(job.argv)
-    if is_verl(argv):
-        argv = [a for a in argv if a.lstrip("+").partition("=")[0] != "trainer.resume_mode"] + ["trainer.resume_mode=auto"]
+    """The same job, submitted again after restart ``attempt`` (Ray wants a new submission id); a
+    verl job resuming from its newest checkpoint (``verl.job.resuming``)."""
+    argv = verl_job.resuming(list(job.argv))
     command = shlex.join(argv)
     base = job.submission_id.rsplit("-r", 1)[0] if re.search(r"-r\d+$", job.submission_id) else job.submission_id
     return replace(job, argv=tuple(argv),
                    entrypoint=f"cd {shlex.quote(job.working_dir)} && {command}" if job.working_dir else command,
                    submission_id=f"{base}-r{attempt}")
-
-
-def resumed_step(text: str) -> int | None:
-    """The step verl says it resumed from (``Setting global step to N``), if ``text`` says it."""
-    found = _RESUMED.search(text)
-    return int(found.group(1)) if found else None
 
 
 # ---------------------------------------------------------------------------------------------

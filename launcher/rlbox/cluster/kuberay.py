@@ -27,6 +27,7 @@ from rlbox.cluster.plan import (BASE_ENV, DCMI_DIR, DRIVER_DIR, INSTALL_INFO, LA
 from rlbox.cluster.spec import Mount
 from rlbox.core.config import env_name_problem
 from rlbox.core.errors import RlboxError
+from rlbox.verl import job as verl_job
 
 API_VERSION = "ray.io/v1"
 KIND = "RayJob"
@@ -268,7 +269,7 @@ def plan_rayjob(*, run: str, run_id: str, image: str, hardware: str, nodes: int,
             "template": _pod("worker", image=image, npus=npus, profile=profile, labels=labels, env=env, read_only=ro),
         }]
     # a retried job resumes from the newest checkpoint, as `rlbox run --max-restarts` does
-    submitted = jobs.for_restart(job, 1) if max_restarts and jobs.is_verl(list(job.argv)) else job
+    submitted = jobs.for_restart(job, 1) if max_restarts and verl_job.is_verl(list(job.argv)) else job
     spec: dict[str, Any] = {"entrypoint": submitted.entrypoint}
     if job.env:
         spec["runtimeEnvYAML"] = yaml.safe_dump({"env_vars": dict(job.env)}, sort_keys=False, width=1 << 20)

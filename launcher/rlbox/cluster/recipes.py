@@ -14,12 +14,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from rlbox.core import names, quote
 from rlbox.core.config import load_yaml, read_text, validate
 from rlbox.core.errors import RlboxError, did_you_mean
 from rlbox.core.paths import RESOURCES
+from rlbox.verl import forms
+from rlbox.verl.forms import Migration
 
 RECIPES_DIR = RESOURCES / "recipes"
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -29,41 +31,6 @@ class Param(BaseModel):
     model_config = ConfigDict(extra="forbid")
     default: str
     help: str = ""
-
-
-class Migration(BaseModel):
-    """The recipe on another release, whose verl renamed or moved what the recipe sets: read in that
-    verl's own config and code, each with its why. Applied by ``Recipe.on(release)``."""
-
-    model_config = ConfigDict(extra="forbid")
-    why: str
-    entrypoint: list[str] | None = Field(None, min_length=1)
-    working_dir: str | None = Field(None, description="'' for none (a verl installed from its wheel has no source folder)")
-    rename: dict[str, str] = Field(default_factory=dict, description="old key (or key prefix) -> new key; a leading + adds it")
-    drop: dict[str, str] = Field(default_factory=dict, description="key -> why it is not set on that release")
-    add: list[str] = Field(default_factory=list, description="overrides that release needs besides")
-
-    @field_validator("rename")
-    @classmethod
-    def _keys_to_keys(cls, v: dict[str, str]) -> dict[str, str]:
-        for old, new in v.items():  # a key to a key: never a value, a space or a second override
-            quote.hydra_key(old)
-            quote.hydra_key(new, add=True)
-        return v
-
-    @field_validator("drop")
-    @classmethod
-    def _dropped_keys(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            quote.hydra_key(key)
-        return v
-
-    @field_validator("add")
-    @classmethod
-    def _one_override_each(cls, v: list[str]) -> list[str]:
-        for override in v:  # Hydra's grammar: one KEY=VALUE, one line, one value
-            quote.hydra_override(override)
-        return v
 
 
 class Recipe(BaseModel):
@@ -90,29 +57,12 @@ class Recipe(BaseModel):
 
     def on(self, release: str) -> "Recipe":
         """This recipe as it runs on ``release``: its own release as written, another with its
-        migration applied (keys renamed per that verl), one without a migration unchanged."""
+        migration applied (keys renamed per that verl: ``verl.forms``), one without a migration unchanged."""
         mig = self.releases.get(release)
         if release == self.release or mig is None:
             return self
-
-        def renamed(override: str) -> str | None:
-            key, eq, value = override.partition("=")
-            bare = key.lstrip("+~")
-            for old, why in mig.drop.items():
-                if bare == old or bare.startswith(old + "."):
-                    return None
-            for old, new in mig.rename.items():
-                if bare == old or bare.startswith(old + "."):
-                    target = new + bare[len(old):]
-                    return f"{target}{eq}{value}" if target.startswith("+") else f"{key[:len(key) - len(bare)]}{target}{eq}{value}"
-            return override
-
-        overrides = [o for o in (renamed(o) for o in self.overrides) if o is not None] + list(mig.add)
-        return self.model_copy(update={
-            "release": release, "overrides": overrides,
-            "entrypoint": list(mig.entrypoint or self.entrypoint),
-            "working_dir": (mig.working_dir or None) if mig.working_dir is not None else self.working_dir,
-            "releases": {}})
+        return self.model_copy(update={"release": release, "releases": {},
+                                       **forms.migrate(mig, self.overrides, self.entrypoint, self.working_dir)})
 
     def resolve(self, values: dict[str, str], extra: list[str]) -> tuple[list[str], dict[str, str]]:
         """argv and env with every {{param}} filled in; ``extra`` overrides replace same keys."""

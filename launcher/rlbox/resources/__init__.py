@@ -1,1 +1,1 @@
-"""Package data, no code: shipped recipes, datasets, failure signatures, the metric glossary."""
+"""Package data, no code: shipped recipes, datasets, failure signatures, stand-ins."""

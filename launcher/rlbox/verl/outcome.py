@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlbox.core.errors import RlboxError
+
 VALID = "valid"
 PARTLY = "partly checked"
 INVALID = "invalid"
@@ -73,6 +75,18 @@ def summary(outcome: Outcome, subject: str) -> str:
     if outcome.verdict == PARTLY:
         return f"partly checked: {subject}; not checked: " + "; ".join(str(n) for n in outcome.not_run)
     return f"valid: {subject}"
+
+
+def report(found: Outcome, subject: str, warn) -> str:
+    """What ran and did not as notes; every problem but the last as a warning and the last as the
+    error (one line each); else the verdict line (valid, or partly checked)."""
+    for line in found.notes():
+        warn(line)
+    for p in found.problems[:-1]:
+        warn(f"invalid: {p}")
+    if found.problems:
+        raise RlboxError(summary(found, subject))
+    return summary(found, subject)
 
 
 def as_json(outcome: Outcome, subject: str, strict: bool = False) -> dict:
