@@ -11,7 +11,7 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick log-on-loss faults docs rehearsal rehearsal-slurm rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run arm64-emulation
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick log-on-loss faults docs rehearsal rehearsal-slurm rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run arm64-emulation validate-seeds
 
 # `make help` lists every target, one a line (tests/test_make.py holds it to the rules below).
 help:
@@ -39,6 +39,7 @@ help:
 	@echo "make bench-quick        every bench/*.py --quick: smallest size, one repetition (tests/test_bench_quick.py in CI)"
 	@echo "make log-on-loss        a worker killed within 0.5 s of a step line, 10 times with 2 CPU burners (N=10 LOAD=2): every step in the log and rlbox metrics"
 	@echo "make faults             bench/faults.py: the multi-host fault replay on a testbed of its own (hosts' engines, networks, sshd, the driver)"
+	@echo "make validate-seeds VERL_GIT=DIR   the seed commits' own start-up checks in an image vs the restated rules' table"
 
 setup:
 	bash .ci/provision
@@ -147,6 +148,13 @@ log-on-loss: sim-image
 
 faults: sim-image
 	$(PYTHON) bench/faults.py
+
+# The seed commits' own start-up checks, by their own code in an image, against the restated rules' table
+# (tools/verl-seed-check.py): VERL_GIT is a git repository of verl holding both pinned commits (fetched, never
+# committed); the image's Python is the CPU image's (make cpu-image, or any CPU training test run).
+validate-seeds: setup
+	@if [ -z "$(VERL_GIT)" ]; then echo "make validate-seeds: give VERL_GIT=DIR (a git repository of verl with 796871d and 65eb019)" >&2; exit 2; fi
+	$(PYTHON) tools/verl-seed-check.py "$(VERL_GIT)"
 
 # Each bench at its smallest size, one repetition: proves it runs (CI: tests/test_bench_quick.py).
 bench-quick: sim-image

@@ -27,14 +27,21 @@ import traceback
 
 
 def verl_version() -> str:
+    """The version of the verl that is imported (its own ``__version__``, read from its source tree),
+    else its distribution's: a source tree on the path may shadow another installed verl."""
+    try:
+        import verl
+
+        if getattr(verl, "__version__", None):
+            return str(verl.__version__)
+    except Exception:  # noqa: BLE001 - verl that does not import: its metadata, then the checks say why
+        pass
     try:
         from importlib.metadata import version
 
         return version("verl")
-    except Exception:  # noqa: BLE001 - a source checkout on the path has no metadata
-        import verl
-
-        return str(getattr(verl, "__version__", "unknown"))
+    except Exception:  # noqa: BLE001
+        return "unknown"
 
 
 def compose(req: dict, base: str):
@@ -178,9 +185,10 @@ def line_of(path: str, needle: str, root: str) -> str:
 def task_runner(req: dict, cfg, root: str, out: dict) -> None:
     """The entrypoint's ``TaskRunner.run(config)`` in this process, as verl runs it on the driver, up to
     where it has made every config check it makes before a worker exists: verl 0.6/0.7 call
-    ``validate_config`` near its top (stop at the model download after it); verl 0.5 makes its checks in
-    ``RayPPOTrainer.__init__`` (``_validate_config``), after loading the tokenizer and the datasets: those
-    loads are stood in for (the files are on the nodes) and the run stops at the trainer's dataloaders."""
+    ``validate_config`` near its top, verl 0.5 ``RayPPOTrainer._validate_config`` in the trainer's
+    constructor; both then construct ``RayPPOTrainer`` (its own asserts: hybrid engine, the roles), after
+    loading the tokenizer and the datasets: those loads are stood in for (the files are on the nodes) and
+    the run stops at the trainer's dataloaders."""
     main = importlib.import_module(req["module"])
     runner_cls = getattr(main, "TaskRunner", None)
     runner_cls = getattr(runner_cls, "__ray_actor_class__", runner_cls)
@@ -215,9 +223,7 @@ def task_runner(req: dict, cfg, root: str, out: dict) -> None:
         trainer._validate_config = recorded(trainer._validate_config, "RayPPOTrainer._validate_config, as the trainer's "
                                             "constructor calls it", line_of(trainer_mod.__file__, "self._validate_config()", root))
 
-    def copy_to_local(path, *a, **k):
-        if done:
-            raise Reached
+    def copy_to_local(path, *a, **k):  # the model's files are on the nodes: its path stands in for them
         stood_in.append("the model's tokenizer and processor")
         return path
 
