@@ -28,6 +28,7 @@ SERIAL = "engine"
 SERIAL_FIXTURES = {"engine", "ais_bench"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group into each test's id
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("engine") \
