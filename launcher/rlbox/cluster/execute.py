@@ -71,7 +71,7 @@ class Cluster:
             except ImageNotFound:
                 raise RlboxError(f"{node_plan.host.name}: image {self.plan.image} is not present; "
                                  f"{self.plan.missing_image_hint()}") from None
-            boxes = node.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.plan.run}"})
+            boxes = node.client.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_RUN}={self.plan.run}"})
             live = [c for c in boxes if c.status in ("running", "restarting", "created", "paused")]
             if live and not replace:
                 raise RlboxError(
@@ -217,7 +217,7 @@ def image_skew(plan: RunPlan, ids: list[str]) -> str | None:
 
 def _drop_name(plan: RunPlan, nodes: list[Node]) -> None:
     """Give back this run's name claim (only this run id's) after a failed claim."""
-    for box in nodes[0].client.containers.list(all=True, filters={"label": f"{sharing.LABEL_CLAIM_ID}={plan.run_id}"}):
+    for box in nodes[0].client.containers.list(all=True, ignore_removed=True, filters={"label": f"{sharing.LABEL_CLAIM_ID}={plan.run_id}"}):
         engine.remove_quietly(box)
 
 
@@ -229,7 +229,7 @@ def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of:
 
     def remove(node: Node) -> set[str]:
         try:
-            boxes = node.client.containers.list(all=True, filters={"label": label})
+            boxes = node.client.containers.list(all=True, ignore_removed=True, filters={"label": label})
         except Exception as err:  # noqa: BLE001 - an engine gone away: say which, go on with the others
             raise RlboxError(f"{node.host.name}: cannot list run {run}'s containers ({engine.reason(err)}); "
                              f"rerun `rlbox stop --name {run}`") from None

@@ -202,9 +202,17 @@ def on_every(fn, items) -> tuple[list, list[RlboxError]]:
         except RlboxError as err:
             errors.append(err)
         except Exception as err:  # noqa: BLE001
-            name = getattr(getattr(item, "host", None), "name", None) or getattr(item, "name", None) or str(item)
-            errors.append(RlboxError(f"{name}: {type(err).__name__}: {' '.join(str(err).split())[:200]}"))
+            errors.append(RlboxError(f"{host_name_of(item)}: {type(err).__name__}: {' '.join(str(err).split())[:200]}"))
     return results, errors
+
+
+def host_name_of(item) -> str:
+    """The host an ``on_every`` item is about (a node, a host, a (plan, node) pair), for its error line."""
+    for part in item if isinstance(item, tuple) else (item,):
+        name = getattr(getattr(part, "host", None), "name", None) or getattr(part, "name", None)
+        if isinstance(name, str):
+            return name
+    return type(item).__name__
 
 
 # Open files this process may need per host it holds: the ssh tunnel's process pipes and socket,

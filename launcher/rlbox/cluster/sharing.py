@@ -172,7 +172,7 @@ def _take_start_lock(plan, nodes, replace: bool) -> None:
 
 def end_start(plan, nodes) -> None:
     """Give back the start lock (this run id's only)."""
-    for box in nodes[0].client.containers.list(all=True, filters={"label": f"{LABEL_CLAIM_ID}={plan.run_id}"}):
+    for box in nodes[0].client.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_CLAIM_ID}={plan.run_id}"}):
         if box.name == start_lock(plan)[1]:
             engine.remove_quietly(box)
 

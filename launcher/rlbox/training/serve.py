@@ -181,7 +181,7 @@ def start(p: ServePlan, node, *, timeout: float, echo: Callable[[str], None], st
     """Start the server and wait until it answers; on any failure remove its container."""
     client = node.client
     ensure_image(client, p.image, p.host.name)
-    live = client.containers.list(all=True, filters={"label": f"{LABEL_SERVE}={p.name}"})
+    live = client.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_SERVE}={p.name}"})
     if live:
         raise RlboxError(f"a server named '{p.name}' is already there ({live[0].name}, {live[0].status}); "
                          f"stop it with `rlbox serve --stop --name {p.name}` or pick another --name")
@@ -243,7 +243,7 @@ def keep_log(box, path: Path | None) -> Path | None:
 
 
 def stop(client, name: str, log: Path | None = None) -> int:
-    boxes = client.containers.list(all=True, filters={"label": f"{LABEL_SERVE}={name}"})
+    boxes = client.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_SERVE}={name}"})
     for box in boxes:
         keep_log(box, log)
         engine.remove_quietly(box)

@@ -186,7 +186,7 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
 
     holders, live_runs, own_run_live = [], set(), False
     mine = {f"/dev/davinci{i}" for i in node_plan.npu_ids} or None
-    for box in client.containers.list():
+    for box in client.containers.list(ignore_removed=True):
         run = box.labels.get(LABEL_RUN)
         host = box.labels.get(LABEL_HOST)
         if run and run != plan.run:  # its Ray processes are visible from this host, and not stale
