@@ -38,7 +38,7 @@ from pathlib import Path
 import yaml
 
 from rlbox.core import engine
-from rlbox.verl import own as verl_own, rules as verl_rules
+from rlbox.verl import own as verl_own, rules as verl_rules, validate
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = REPO / "tests" / "fixtures" / "verl_rules"
@@ -83,11 +83,6 @@ def rows() -> list[dict]:
     every = yaml.safe_load((HERE / "cases.yaml").read_text())
     return [r for r in every if r.get("config", "ppo_trainer") == "ppo_trainer"
             and r.get("entry", "verl.trainer.main_ppo") == "verl.trainer.main_ppo"]
-
-
-def request(overrides: list[str]) -> dict:
-    return {"config_rel": "verl/trainer/config", "search_rel": [], "config_name": "ppo_trainer",
-            "overrides": overrides, "nodes": 1, "npus": 8, "module": "verl.trainer.main_ppo"}
 
 
 def judge(expect: str | None, violating: verl_own.Verdict, passing: verl_own.Verdict) -> str | None:
@@ -144,7 +139,9 @@ def main() -> int:
         if not any("own code" in line for line in ran):
             print(f"  differs: rlbox validate did not run verl {short}'s own code in its image")
             differs += 1
-        reqs = [request(bases + r[side]) for r in table for side in ("violating", "passing")]
+        tree = validate.from_image(client, tag)  # the image's config tree, as rlbox validate reads it
+        entry = validate.entry_for(tree, MAIN_PPO)
+        reqs = [verl_own.request(entry, bases + r[side], 1, 8, tree.root) for r in table for side in ("violating", "passing")]
         found = verl_own.run_many_in_image(client, tag, reqs)
         agree = cannot = workers = 0
         for i, row in enumerate(table):

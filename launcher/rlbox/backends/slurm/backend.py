@@ -105,8 +105,7 @@ class SlurmBackend(Backend):
                                                                       "hosts": picked,
                                                                       "npu_ids": {n: list(i) for n, i in given.items()}}
             sx.record_path(run_dir).write_text(json.dumps(record) + "\n")
-            hreq = replace(req, cluster_file=nodes_file, hosts=None, nodes=len(picked), devices_of=devices_of,
-                           devices=None if devices_of else req.devices)
+            hreq = replace(req, cluster_file=nodes_file, hosts=None, nodes=len(picked), devices_of=devices_of)
             hplan, hrun_dir = launch.prepare(hreq)
             watch = sx.Watch(slurm, plan, job, names)
             watch.start()

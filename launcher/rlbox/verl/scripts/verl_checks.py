@@ -131,15 +131,16 @@ def verdict(req: dict) -> dict:
     return out
 
 
-def reject(out: dict, err: BaseException, root: str, what: str) -> None:
-    """verl's own rejection, or what the check stopped on when it needs something not here."""
+def reject(out: dict, err: BaseException, root: str, what: str, *others: str) -> None:
+    """verl's own rejection, or what the check stopped on when it needs something not here; its place
+    is the innermost frame in verl, or in one of ``others`` (vLLM's folder)."""
     text = f"{type(err).__name__}: {' '.join(str(err).split()) or type(err).__name__}"[:600]
     needs = environmental(err, root)
     if needs:
         out["could_not"].append(f"{what} stopped on {needs} ({text[:300]})")
     else:
         out["rejected"] = text
-        out["where"] = where(err.__traceback__, root)
+        out["where"] = where(err.__traceback__, root, *others)
 
 
 def own_validate_config(req: dict, cfg, source: str, entry, root: str, out: dict) -> None:
@@ -355,7 +356,7 @@ def worker_side(cfg, root: str, out: dict) -> None:
         finally:
             mod.AsyncLLM = real
     except EngineReached:
-        at = line_of(sys.modules[server_cls.__module__].__file__, "AsyncLLM.from_vllm_config(", root)
+        at = line_of(mod.__file__, "AsyncLLM.from_vllm_config(", root)
         out["ran"].append(f"verl's rollout server for vLLM as its replica makes it ({replica_cls.__name__}, "
                           f"{server_cls.__name__}.launch_server), to vLLM's engine config, stopped before the engine "
                           f"starts{at}; Ray's runtime context stood in")
@@ -365,12 +366,11 @@ def worker_side(cfg, root: str, out: dict) -> None:
         said = [ln for ln in parser_said.getvalue().splitlines() if "error:" in ln]
         text = said[-1].split("error:", 1)[1].strip() if said else f"exit {err.code}"
         out["rejected"] = f"vLLM's argument parser: {text} (the rollout config as verl passes it to vllm serve)"[:600]
-        out["where"] = line_of(sys.modules[server_cls.__module__].__file__, "parser.parse_args(", root).strip(" ()") or None
+        out["where"] = line_of(mod.__file__, "parser.parse_args(", root).strip(" ()") or None
         out["ran"].append("verl's rollout server for vLLM as its replica makes it, up to vLLM's argument parser")
     except Exception as err:  # noqa: BLE001 - verl's or vLLM's own rejection, whatever its type
-        reject(out, err, root, f"{what}, at {stage}")
+        reject(out, err, root, f"{what}, at {stage}", vllm_root)
         if out["rejected"]:
-            out["where"] = where(err.__traceback__, root, vllm_root)
             out["ran"].append(f"verl's rollout server for vLLM as its replica makes it, up to {stage}")
 
 
