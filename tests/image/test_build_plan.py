@@ -117,7 +117,7 @@ def test_the_plan_lists_exactly_the_mounts_of_its_dockerfile(m):
     text = p.dockerfile.read_text()
     binds = re.findall(r"--mount=type=bind,source=\.rlbox-sources/([^,]+),target=/opt/rlbox/sources/([^ ]+)", text)
     assert [s for s, _ in binds] == list(p.mounts) and all(s == t for s, t in binds)
-    assert p.mounts[:2] == ("debs/x86_64", "wheels/x86_64-py3.11")
+    assert p.mounts[:2] == ("debs/x86_64", "wheels/x86_64-py3.12")
     assert set(p.mounts[2:]) == {"sdist/vllm-0.23.0.tar.gz", "sdist/vllm_ascend-0.23.0.post1.tar.gz"}
     assert "source=.rlbox-sources," not in text  # no step mounts the whole cache
 
@@ -127,7 +127,7 @@ def test_an_online_build_mounts_absent_sources_empty_and_says_so_in_one_line(m, 
     said = []
     build.mount_sources(p, said.append)
     cache = tmp_path / ".rlbox-sources"
-    assert (cache / "debs" / "x86_64").is_dir() and (cache / "wheels" / "x86_64-py3.11").is_dir()
+    assert (cache / "debs" / "x86_64").is_dir() and (cache / "wheels" / "x86_64-py3.12").is_dir()
     assert (cache / "sdist" / "vllm-0.23.0.tar.gz").stat().st_size == 0
     assert said == ["rlbox: .rlbox-sources/debs/x86_64 (and 3 more) not in the source cache: mounted empty, this build downloads "
                     "instead (`rlbox fetch-sources verl_pt210_cann910:ax-x86` fills it)"]
@@ -149,7 +149,7 @@ def test_placeholders_are_not_taken_for_the_cache_offline(m, tmp_path):
     v = m.get("verl_pt210_cann910:ax-x86")
     sources.make_placeholders(tmp_path, sources.mounts(v))
     gaps = sources.missing(v, tmp_path)
-    assert "sdist/vllm-0.23.0.tar.gz" in gaps and any(g.startswith("wheels/x86_64-py3.11/") for g in gaps)
+    assert "sdist/vllm-0.23.0.tar.gz" in gaps and any(g.startswith("wheels/x86_64-py3.12/") for g in gaps)
     git = m.get("verl_pt27_25rc3:ax-x86")
     path = next(p for p in sources.mounts(git) if p.startswith("git/"))
     sources.make_placeholders(tmp_path, [path])

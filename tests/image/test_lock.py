@@ -152,6 +152,24 @@ def test_unreachable_index_without_a_stand_in_is_left_unresolved(m):
                                       "why": "mirrors.huaweicloud.com is not reachable from the machine that locked"}]
 
 
+def test_a_pin_no_stand_in_fits_is_recorded_and_left_out(m):
+    """triton-ascend 3.2.2 (Ascend mirror) on Python 3.12: no triton-ascend on PyPI has a cp312 wheel, so the
+    release says `pypi: null`; the lock records the substitution as `nothing`, asks nothing for it."""
+    v = m.get("verl_pt210_cann910:a3-arm")
+    triton = next(c for c in v.components if c.name == "triton_ascend")
+    assert triton.spec.standin.pypi is None
+    gathered = requirements.Gathered(asked=[requirements.Asked(triton.spec.pip, "manifest")])
+    p = pylock.plan(v, gathered, probe=lambda url: False)
+    assert p.asked == [] and p.unresolved == [] and "triton-ascend" not in p.standin_files
+    assert [(s["for"], s["used"]) for s in p.substitutions] == [("triton-ascend==3.2.2", "nothing")]
+    assert "no triton-ascend on PyPI has a cp312 wheel" in p.substitutions[0]["why"]
+    assert "triton-ascend" not in v.lock.pip  # the committed lock holds no file for it
+    # a git source cannot go without: it takes a PyPI sdist in its place
+    vllm = next(c for c in v.components if c.name == "vllm")
+    with pytest.raises(ValueError, match="a git source takes a PyPI sdist in its place"):
+        type(vllm.spec).model_validate({**vllm.spec.model_dump(exclude_none=True), "standin": {"pypi": None, "why": "x"}})
+
+
 @pytest.mark.parametrize("text,expected", [
     ("torch==2.7.1\n", ["torch==2.7.1"]),
     ("# comment\n\n--extra-index-url https://x\n--pre\nnumpy<2.0.0  # why\n", ["numpy<2.0.0"]),

@@ -4,9 +4,12 @@ build. The rehearsal itself builds multi-GB images: `make rehearse-image`, not C
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from conftest import REPO, rlbox
+from rlbox.core.errors import RlboxError
 from rlbox.image import build, rehearsal
 
 RECIPES = {
@@ -169,6 +172,28 @@ def test_a_python_the_debian_stand_in_lacks_is_built_from_ubuntus_source_on_top_
     assert p.standin.script_args("8.3.RC1")[-1] == p.standin.os_image
     assert "plus CPython 3.10.12 as /usr/bin/python3.10, built from Ubuntu jammy-updates' python3.10" in p.describe()
     assert rehearsal.plan(m, "verl_pt27_25rc3:ax-x86", RECIPES).standin.os_image == ""  # Ubuntu has python3.10
+    assert p.standin.python_step() == ("make-python310-standin.sh", [p.standin.os_image, p.base])
+
+
+@pytest.mark.parametrize("ref, plain, platform", [
+    ("verl_pt210_cann910:a3-arm", "rlbox/cann-standin:9.1.0-a3-debian12-py3.11-arm64", "linux/arm64"),
+    ("verl_pt210_cann910:ax-x86", "rlbox/cann-standin:9.1.0-910b-ubuntu22.04-py3.11", "linux/amd64"),
+])
+def test_the_bases_own_python_is_built_from_source_on_the_stand_in_that_lacks_it(m, ref, plain, platform):
+    # verl_pt210_cann910's venv is made on its base's python3 (3.12); the plain stand-ins have 3.11 and say so in
+    # their tag, and the Python layer on top says which CPython it adds
+    p = rehearsal.plan(m, ref, RECIPES)
+    assert p.standin.os_image == plain and p.base == plain.replace("-py3.11", "-py3.11-cpython3.12")
+    assert p.standin.script_args("9.1.0")[-1] == plain
+    assert p.standin.python_step() == ("make-python-standin.sh", ["--platform", platform, "3.12", plain, p.base])
+    assert "plus CPython 3.12.3 as the base's python3 in /usr/local/python3.12.3" in p.describe()
+    assert f"BASE_IMAGE={p.base}" in p.build.argv
+    # a base Python no stand-in makes is one line naming the field
+    v = m.get(ref)
+    other = dataclasses.replace(v, release=v.release.model_copy(
+        update={"base": v.release.base.model_copy(update={"python": "3.13"}), "python": "3.13"}))
+    with pytest.raises(RlboxError, match=r"images/verl_pt210_cann910.yaml: base.python 3.13: no stand-in makes it"):
+        rehearsal.standin(other)
 
 
 def _report(ref, platform, build_s=None, image_bytes=None, ok=True, cached=0):

@@ -110,9 +110,12 @@ def plan(v: "ResolvedVariant", gathered: Gathered, *, index: str = PYPI, probe=r
                                  "why": f"{urlsplit(url).netloc} is not reachable from the machine that locked"})
             continue
         stand = c.spec.standin.pypi
-        p.substitutions.append({"for": c.spec.pip, "index": url, "used": stand, "from": index,
+        p.substitutions.append({"for": c.spec.pip, "index": url, "used": stand or "nothing", "from": index,
                                 "why": f"{urlsplit(url).netloc} not reachable from the machine that locked; "
                                        f"{c.spec.standin.why}"})
+        if stand is None:  # nothing fits the target: the image goes without it, nothing else is bent for it
+            p.asked = [a for a in p.asked if a.spec != c.spec.pip]
+            continue
         # The stand-in's file takes the real pin's place: to the resolver it is a project with the
         # real version (torch 2.7.1+cpu, so torch-npu's `torch==2.7.1+cpu` holds) and the stand-in's
         # own requirements (its wheel's METADATA), so nothing else is bent to fit it.

@@ -87,16 +87,23 @@ class RehearsalPlan:
 
 @dataclass(frozen=True)
 class Standin:
-    """The CANN stand-in base for one variant, made by tools/make-cann-standin.sh (and, for a Python
-    the stand-in's OS does not package, tools/make-python310-standin.sh on top of it)."""
+    """The CANN stand-in base for one variant, made by tools/make-cann-standin.sh, and, for a Python its
+    plain image lacks, a layer on top of it (``python_script``: tools/make-python310-standin.sh for a
+    release Python the real Dockerfile installs from Ubuntu's packages, tools/make-python-standin.sh for
+    the base's own Python when it is not the stand-in's)."""
     image: str
     os: str          # its /etc/os-release ID+VERSION_ID: where an offline build finds its OS packages
     platform: str
     what: str        # what it is, for the substitution line
     os_image: str = ""  # the plain stand-in (the OS, Python 3.11, the CANN tree) when ``image`` adds a Python to it
+    python_script: tuple[str, ...] = ()  # the script that adds it and its arguments before BASE IMAGE
 
     def script_args(self, cann: str) -> list[str]:
         return ["--platform", self.platform, "--os", self.os, cann, self.os_image or self.image]
+
+    def python_step(self) -> tuple[str, list[str]]:
+        script, *args = self.python_script
+        return script, [*args, self.os_image, self.image]
 
 
 # Per platform: the OS the stand-in is debootstrapped from. Ubuntu 22.04 is the real base's OS; Ubuntu's
@@ -107,12 +114,20 @@ STANDIN_OS = {
     "linux/arm64": ("debian12", "Debian 12 (bookworm) arm64 with Python 3.11 (Debian's package; Ubuntu's arm64 archive is "
                                 "not reachable here), run under QEMU emulation on a non-arm64 machine"),
 }
+STANDIN_PYTHON = "3.11"  # the python3 of every plain stand-in (tools/make-cann-standin.sh)
 # The release Pythons the real Dockerfiles install from Ubuntu 22.04's packages, which a Debian 12 stand-in
 # lacks: built from Ubuntu's own source package instead (tools/make-python310-standin.sh).
 FROM_SOURCE = {
     ("debian12", "3.10"): "CPython 3.10.12 as /usr/bin/python3.10, built from Ubuntu jammy-updates' python3.10 "
                           "3.10.12-1~22.04.18 source (cross-compiled for aarch64; no arm64 Python 3.10 package is "
                           "reachable here), with empty python3.10/-venv/-dev packages standing in for Ubuntu's",
+}
+# The base's own Python (CANN's, built from source in /usr/local/pythonX.Y.Z) where it is not the stand-in's:
+# built from source the same way, from the CPython source Ubuntu ships (tools/make-python-standin.sh).
+BASE_PYTHON = {
+    "3.12": "CPython 3.12.3 as the base's python3 in /usr/local/python3.12.3, built from source as CANN's base "
+            "images build theirs (--enable-shared, rpath) from Ubuntu noble's python3.12 3.12.3 orig tarball "
+            "(python.org does not resolve here)",
 }
 
 
@@ -125,7 +140,16 @@ def standin(v: ResolvedVariant) -> Standin:
     extra = FROM_SOURCE.get((os_name, v.release.python))
     if extra:
         return Standin(f"{STANDIN_REPO}:{tag}-cpython{v.release.python}{arch}", os_name, v.platform,
-                       f"{what}, plus {extra}", f"{STANDIN_REPO}:{tag}{arch}")
+                       f"{what}, plus {extra}", f"{STANDIN_REPO}:{tag}{arch}", ("make-python310-standin.sh",))
+    base_py = v.release.base.python
+    if base_py and base_py != STANDIN_PYTHON and not v.python_from_os:  # the venv is made on the base's python3
+        if base_py not in BASE_PYTHON:
+            raise RlboxError(f"{v.manifest_rel}: base.python {base_py}: no stand-in makes it (tools/make-python-standin.sh "
+                             f"knows {', '.join(sorted(BASE_PYTHON))}); rehearse on the real base")
+        plain = tag.replace(f"py{base_py}", f"py{STANDIN_PYTHON}")  # what the plain stand-in really has
+        return Standin(f"{STANDIN_REPO}:{plain}-cpython{base_py}{arch}", os_name, v.platform,
+                       f"{what}, plus {BASE_PYTHON[base_py]}", f"{STANDIN_REPO}:{plain}{arch}",
+                       ("make-python-standin.sh", "--platform", v.platform, base_py))
     return Standin(f"{STANDIN_REPO}:{tag}{arch}", os_name, v.platform, what)
 
 
@@ -287,7 +311,7 @@ def ensure_base(p: RehearsalPlan, root: Path, cann: str, echo) -> None:
     if not present(sb.os_image or sb.image):
         steps.append(("make-cann-standin.sh", p.standin.script_args(cann) if p.standin else [cann, p.base]))
     if sb.os_image:
-        steps.append(("make-python310-standin.sh", [sb.os_image, sb.image]))
+        steps.append(sb.python_step())
     for script, args in steps:
         echo(f"making the CANN stand-in base {args[-1]} (tools/{script})")
         proc = subprocess.run(["bash", str(root / "tools" / script), *args], capture_output=True, text=True)

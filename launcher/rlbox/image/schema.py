@@ -243,6 +243,8 @@ class Component(Strict):
             if self.standin and not self.index_url:
                 raise ValueError("standin: a PyPI pin takes a stand-in only for an `index_url` that may be unreachable")
         if self.git:
+            if self.standin and self.standin.pypi is None:
+                raise ValueError("standin: a git source takes a PyPI sdist in its place (pypi: name==version)")
             if not self.commit and not self.ref:
                 raise ValueError(
                     "commit: missing pin; give the full 40-hex commit, or a `ref:` (tag) for `rlbox lock` to resolve"
@@ -291,13 +293,14 @@ class Component(Strict):
 
 
 class Standin(Strict):
-    pypi: str = Field(description="name==version of the release whose sdist stands in")
+    pypi: str | None = Field(description="name==version of the release whose sdist (or wheel) stands in; "
+                             "null: nothing can (no release fits the target), the rehearsal goes without it")
     why: str
 
     @field_validator("pypi")
     @classmethod
-    def _pinned(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+", v):
+    def _pinned(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+", v):
             raise ValueError(f"'{v}' is not pinned; write it as name==version")
         return v
 
