@@ -227,6 +227,23 @@ def test_launch_rejects_mixed_inputs():
         launch.prepare(launch.RunRequest(image="verl_pt27_25rc3:a3-arm", dry_run=True))
 
 
+def test_the_full_reference_a_variant_is_pushed_as_is_that_variant():
+    """What ops engineers pull from SWR, named in full, is the same release as RELEASE:VARIANT: its hardware, the
+    recipe's form on it (verl 0.9.1 has no recipe/ folder: DAPO runs main_ppo) and its NPU env policy."""
+    swr = "swr.cn-south-1.myhuaweicloud.com/ascendhub/verl_pt210_cann910:a3-arm"
+    plans = [launch.prepare(launch.RunRequest(hosts="10.0.0.1,10.0.0.2", image=image, recipe="dapo-qwen3-32b-a3",
+                                              params=["model_path=/data/q"], dry_run=True))[0]
+             for image in ("verl_pt210_cann910:a3-arm", swr)]
+    for p in plans:
+        assert p.image == swr and p.hardware == "a3" and p.image_ref == "verl_pt210_cann910:a3-arm"
+        assert "verl.trainer.main_ppo" in p.job.argv and "reward.reward_manager.name=dapo" in p.job.argv, p.job.argv
+        assert p.npu_policy is not None and p.npu_policy.release == "verl_pt210_cann910"
+    assert plans[0].job.argv == plans[1].job.argv and plans[0].npu_policy == plans[1].npu_policy
+    # any other reference is no variant: its hardware is asked for, and no release's form or policy is guessed
+    with pytest.raises(RlboxError, match="--hardware: image registry.example/verl:x is not from the matrix"):
+        launch.prepare(launch.RunRequest(hosts="a", image="registry.example/verl:x", dry_run=True, smoke_test=True))
+
+
 def test_devices_by_id_choose_npus_ports_and_hccl_ranges():
     from rlbox.cluster import sharing
 

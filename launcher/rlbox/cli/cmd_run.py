@@ -43,7 +43,7 @@ from rlbox.verl import tree as verl_tree
               help="Cluster YAML (per-host ssh, nic, mounts) or a hostfile.")
 @click.option("--nodes", type=IntRange(1, CLUSTER_NODES), help="Number of nodes; must agree with the hosts given (with --sim: how many to simulate, at most 253).")
 @click.option("--sim", is_flag=True, help="Rehearse on simulated nodes: containers on the local engine, devices mapped from /dev/null.")
-@click.option("--image", help="RELEASE:VARIANT from the matrix or a full image reference (default for --sim: rlbox_sim).")
+@click.option("--image", help="RELEASE:VARIANT from the matrix or a full image reference (a variant's own, as pulled from SWR, is that variant: its hardware, recipe forms and NPU env policy; default for --sim: rlbox_sim).")
 @click.option("--hardware", type=click.Choice(["a2", "a3", "ax", "auto"]), help="Hardware profile (default: the image's; a3 for --sim).")
 @click.option("--devices", metavar="N|IDS", help="NPUs of every node: a count (8: NPUs 0-7) or ids (0-7, 8-15, 0,2,4,6) "
               "so runs can share a host; ports follow the lowest id. Default: the host's /dev/davinci* count "

@@ -209,7 +209,8 @@ def _image_and_hardware(req: RunRequest, m: matrix.Matrix, recipe: recipes.Recip
     profile = Profile(hardware, hw.npus_per_node, hw.npu_smi_chip, tuple(hw.device_counts))
 
     _reference(image)
-    from_matrix = image_ref if image_ref and m.image_for(image_ref)[1] is not None else None
+    found = m.image_for(image_ref)[1] if image_ref else None
+    from_matrix = found.ref if found else None  # RELEASE:VARIANT, however the image was named
 
     return image, from_matrix, hardware, profile
 

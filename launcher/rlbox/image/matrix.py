@@ -289,11 +289,16 @@ class Matrix:
         return chosen
 
     def image_for(self, ref: str) -> tuple[str, ResolvedVariant | None]:
-        """An image for ``ref``: RELEASE:VARIANT of this matrix, or any other image reference."""
+        """An image for ``ref``: RELEASE:VARIANT of this matrix, or the full reference a variant is pushed as (what
+        ops engineers pull from SWR: the same release, so the same hardware, recipe forms and NPU env policy), or
+        any other image reference (no variant)."""
         release, sep, _ = ref.partition(":")
         if sep and "/" not in release and release in self.releases:
             variant = self.get(ref)
             return variant.image, variant
+        for variant in self.variants:
+            if variant.image == ref:
+                return ref, variant
         return ref, None
 
     def for_hardware(self, release: str, hardware: str) -> ResolvedVariant:
