@@ -7,7 +7,8 @@ stand-in, 2 nodes x 2 NPUs) through `rlbox run`, against the same job by hand (s
    baseline measured in the same invocation: two containers of the same image on a Docker network
    (`docker run ... ray start --head` / `ray start --address`, same `--num-cpus` and NPU resource),
    then `docker exec HEAD python3 -m verl.trainer.main_ppo` with the same overrides rlbox submits,
-   from the first `docker run` to `step:1`. Ratio rlbox / by hand (goal <= 1.1).
+   unbuffered as Ray's job driver runs it, from the first `docker run` to `step:1`. Ratio rlbox /
+   by hand (goal <= 1.1).
 2. Node death to verl's resumed step: the worker container is killed after verl's step 2; seconds
    to rlbox naming it, and to verl's first step after "Resuming from .../global_step_2" (teardown,
    bring-up, verl start-up, checkpoint load). Baseline: Ray's own detection in the hand-made
@@ -229,7 +230,9 @@ def by_hand(where, image: str, shared: Path, rep: int, ckpt: str, first_only: bo
             if time.monotonic() - t0 > 900:
                 raise SystemExit("by hand: the Ray cluster never had 2 nodes")
             time.sleep(0.5)
-        proc = subprocess.Popen([*where.cli(0), "exec", "-e", "RAY_ADDRESS=auto", head, *argv],
+        # unbuffered, as Ray's job driver runs an entrypoint: through a pipe Python holds the driver's lines
+        # (verl's step:N among them) in an 8 KB buffer, and step:1 arrived with step:3, seconds late
+        proc = subprocess.Popen([*where.cli(0), "exec", "-e", "RAY_ADDRESS=auto", "-e", "PYTHONUNBUFFERED=1", head, *argv],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out = Lines(proc)
         first = out.wait_for("step:1 ", 1200)
