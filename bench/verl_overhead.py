@@ -7,7 +7,8 @@ stand-in, 2 nodes x 2 NPUs) through `rlbox run`, against the same job by hand (s
    baseline measured in the same invocation: two containers of the same image on a Docker network
    (`docker run ... ray start --head` / `ray start --address`, same `--num-cpus` and NPU resource),
    then `docker exec HEAD python3 -m verl.trainer.main_ppo` with the same overrides rlbox submits,
-   from the first `docker run` to `step:1`. Ratio rlbox / by hand (goal <= 1.1).
+   unbuffered as Ray's job driver runs it, from the first `docker run` to `step:1`. Ratio rlbox /
+   by hand (goal <= 1.1).
 2. Node death to verl's resumed step: the worker container is killed after verl's step 2; seconds
    to rlbox naming it, and to verl's first step after "Resuming from .../global_step_2" (teardown,
    bring-up, verl start-up, checkpoint load). Baseline: Ray's own detection in the hand-made
@@ -15,8 +16,9 @@ stand-in, 2 nodes x 2 NPUs) through `rlbox run`, against the same job by hand (s
    watched Ray would wait for before it could even start over.
 
     bench/verl_overhead.py [--quick] [--testbed [--no-doctor]]
-        (default 2 repetitions; --quick, which CI runs: one repetition, to verl's first step only, i.e.
-        measure 1 without the node death of 2)
+        (default 2 repetitions; --quick, which CI runs: one repetition at the smallest size, 2 nodes
+        x 1 NPU, to verl's first step only, i.e. measure 1 without the node death of 2, with rlbox and
+        by hand started at once: it proves the bench runs, its times are no measure)
 
 --testbed: the same on two hosts of a testbed (`rlbox testbed up`; each host its own address,
 Docker engine and sshd; docs/testbed.md) instead of the simulation: `rlbox run --cluster` over ssh
@@ -43,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
@@ -51,15 +54,22 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 from support import verl_cpu  # noqa: E402
 
-DEVICES, CPUS = "3-4", "4"  # Ray ports 23000-23999 (slot 3); see docs/cpu-training.md for --num-cpus
+FIRST_DEVICE, CPUS = 3, "4"  # Ray ports 23000-23999 (slot 3); see docs/cpu-training.md for --num-cpus
 TESTBED = os.environ.get("RLBOX_BENCH_TESTBED", "tbv")
 TESTBED_SUBNET = os.environ.get("RLBOX_BENCH_TESTBED_SUBNET", "10.201.8.0/24")
+
+
+def devices(first: int, npus: int) -> str:
+    """--devices: NPUS ids per node from FIRST, as a range ("3-3": a bare "3" is a count)."""
+    return f"{first}-{first + npus - 1}"
 
 
 class Sim:
     """Both ways on this machine's engine: rlbox's simulated nodes, by hand a Docker network."""
 
-    cluster = ("--sim", "--nodes", "2", "--no-doctor", "--devices", DEVICES)  # no doctor: other runs' NPUs share this engine
+    def __init__(self, npus: int):
+        # no doctor: other runs' NPUs share this engine
+        self.cluster = ("--sim", "--nodes", "2", "--no-doctor", "--devices", devices(FIRST_DEVICE, npus))
 
     def cli(self, node: int) -> list[str]:
         return ["docker"]
@@ -88,7 +98,7 @@ class Sim:
 class OnTestbed:
     """Both ways on two testbed hosts: rlbox over ssh, by hand on each host's own engine."""
 
-    def __init__(self, image: str, doctor: bool = True):
+    def __init__(self, image: str, npus: int, doctor: bool = True):
         from support.testbed import Testbed, problem
 
         why = problem()
@@ -103,7 +113,8 @@ class OnTestbed:
         except BaseException:
             self.down()
             raise
-        self.cluster = ("--cluster", self.bed.cluster(1, 2), "--devices", "0-1", *(() if doctor else ("--no-doctor",)))
+        self.cluster = ("--cluster", self.bed.cluster(1, 2), "--devices", devices(0, npus),
+                        *(() if doctor else ("--no-doctor",)))
 
     def cli(self, node: int) -> list[str]:
         return ["docker", "-H", f"unix://{self.bed.socket(node + 1)}"]
@@ -198,18 +209,18 @@ def with_rlbox(where, image: str, shared: Path, runs: Path, rep: int, first_only
     return {"first_step": first - t0, "named": named - killed, "resumed_step": resumed - killed, "code": code}
 
 
-def verl_argv() -> list[str]:
+def verl_argv(npus: int) -> list[str]:
     """The job rlbox submits for the recipe (its overrides, trainer.nnodes/n_gpus_per_node)."""
     from rlbox.cluster import jobs, recipes
 
     argv, _ = recipes.load("grpo-tiny-cpu").resolve({"steps": "4", "checkpoint_dir": "/data/ck-hand"}, [])
-    return list(jobs.plan_job(argv, nodes=2, npus_per_node=2, run="bench", run_id="x").argv)
+    return list(jobs.plan_job(argv, nodes=2, npus_per_node=npus, run="bench", run_id="x").argv)
 
 
-def by_hand(where, image: str, shared: Path, rep: int, ckpt: str, first_only: bool = False) -> dict:
+def by_hand(where, image: str, shared: Path, rep: int, ckpt: str, npus: int, first_only: bool = False) -> dict:
     head, worker = f"vl-bench-hand-{rep}-head", f"vl-bench-hand-{rep}-worker"
-    ray = ["ray", "start", "--block", "--disable-usage-stats", "--num-cpus", CPUS, "--resources", '{"NPU": 2}']
-    argv = [a.replace("/data/ck-hand", ckpt) for a in verl_argv()]
+    ray = ["ray", "start", "--block", "--disable-usage-stats", "--num-cpus", CPUS, "--resources", json.dumps({"NPU": npus})]
+    argv = [a.replace("/data/ck-hand", ckpt) for a in verl_argv(npus)]
     common = ["--detach", *where.hand_network(rep), "--shm-size", "2g", "-v", f"{shared}:/data"]
     head_args, worker_args = where.hand_ray(head)
     proc = None
@@ -229,7 +240,9 @@ def by_hand(where, image: str, shared: Path, rep: int, ckpt: str, first_only: bo
             if time.monotonic() - t0 > 900:
                 raise SystemExit("by hand: the Ray cluster never had 2 nodes")
             time.sleep(0.5)
-        proc = subprocess.Popen([*where.cli(0), "exec", "-e", "RAY_ADDRESS=auto", head, *argv],
+        # unbuffered, as Ray's job driver runs an entrypoint: through a pipe Python holds the driver's lines
+        # (verl's step:N among them) in an 8 KB buffer, and step:1 arrived with step:3, seconds late
+        proc = subprocess.Popen([*where.cli(0), "exec", "-e", "RAY_ADDRESS=auto", "-e", "PYTHONUNBUFFERED=1", head, *argv],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out = Lines(proc)
         first = out.wait_for("step:1 ", 1200)
@@ -258,12 +271,13 @@ def by_hand(where, image: str, shared: Path, rep: int, ckpt: str, first_only: bo
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="one repetition, to verl's first step only (CI)")
+    ap.add_argument("--quick", action="store_true",
+                    help="one repetition, 2 nodes x 1 NPU, rlbox and by hand at once, to verl's first step only (CI)")
     ap.add_argument("--testbed", action="store_true", help="on two testbed hosts (rlbox run --cluster) instead of --sim")
     ap.add_argument("--no-doctor", action="store_true",
                     help="with --testbed: rlbox run without its pre-flight (e.g. the hosts share a disk under 20 GiB free)")
     args = ap.parse_args()
-    reps = 1 if args.quick else 2
+    reps, npus = (1, 1) if args.quick else (2, 2)
     work = Path(tempfile.mkdtemp(prefix="vl-bench-"))
     built = verl_cpu.build(work / "index")
     if built is None or built.returncode != 0:
@@ -273,23 +287,30 @@ def main() -> int:
     for made in (verl_cpu.make_model(image, shared), verl_cpu.make_data(image, shared, work / "hub")):
         if made.returncode != 0:
             raise SystemExit(made.stderr[-2000:])
-    where = OnTestbed(image, doctor=not args.no_doctor) if args.testbed else Sim()
+    where = OnTestbed(image, npus, doctor=not args.no_doctor) if args.testbed else Sim(npus)
     rl, hand = [], []
     try:
         for rep in range(reps):
-            hand.append(by_hand(where, image, shared, rep, f"/data/ck-hand-{rep}", first_only=args.quick))
-            rl.append(with_rlbox(where, image, shared, work / "runs", rep, first_only=args.quick))
+            if args.quick:  # both sides at once (CI: every phase runs; on 2 cores each slows the other, no measure)
+                with ThreadPoolExecutor(1) as pool:
+                    side = pool.submit(by_hand, where, image, shared, rep, f"/data/ck-hand-{rep}", npus, first_only=True)
+                    rl.append(with_rlbox(where, image, shared, work / "runs", rep, first_only=True))
+                    hand.append(side.result())
+            else:
+                hand.append(by_hand(where, image, shared, rep, f"/data/ck-hand-{rep}", npus))
+                rl.append(with_rlbox(where, image, shared, work / "runs", rep))
             print(f"rep {rep}: rlbox {rl[-1]}  by hand {hand[-1]}", flush=True)
     finally:
         where.down()
     print("on " + (f"2 testbed hosts (rlbox run --cluster, pre-flight {'off' if args.no_doctor else 'on'})" if args.testbed
-                    else "2 simulated nodes (rlbox run --sim)"))
+                    else "2 simulated nodes (rlbox run --sim)") + f" x {npus} NPU(s)")
     first_rl = statistics.median(r["first_step"] for r in rl)
     first_hand = statistics.median(h["first_step"] for h in hand)
     print(f"to verl's first step: rlbox run {first_rl:7.1f} s, by hand (docker run + ray start + main_ppo) "
           f"{first_hand:7.1f} s -> overhead ratio {first_rl / first_hand:.2f} (goal <= 1.1)")
     if args.quick:
-        print(f"(--quick: one repetition to the first step, node death not measured; rlbox exit codes "
+        print(f"(--quick: one repetition to the first step, rlbox and by hand at once: each slowed the other, so "
+              f"neither time nor the ratio is a measure; node death not measured; rlbox exit codes "
               f"{[r['code'] for r in rl]}, 0 = stopped by Ctrl-C with every node cleaned up)")
         return 0 if all(r["code"] == 0 for r in rl) else 1
     named = statistics.median(r["named"] for r in rl)
