@@ -39,11 +39,11 @@ def test_every_dockerfile_matches_its_manifest(m):
         runs = "\n".join(" ".join(c.value) for c in cmds if c.cmd == "RUN")
         locked = (path.parent / "requirements.lock").read_text()
         standins = (v.lock.entry or {}).get("git", {})
+        subs = {s["for"]: s["used"] for s in v.lock.section.get("substitutions", [])}
         for comp in v.components:
             assert labels[f"io.rlbox.component.{comp.name}"] == comp.spec.pin()
             if comp.spec.pip:  # from the lock, the real pin or its recorded stand-in
                 name, version = comp.spec.pip.split("[")[0].split("==")[0], comp.spec.pip.split("==")[1]
-                subs = {s["for"]: s["used"] for s in v.lock.section.get("substitutions", [])}
                 if subs.get(comp.spec.pip) == "nothing":  # no stand-in fits the target: recorded, not installed
                     assert name.lower().replace("_", "-") not in v.lock.pip
                     assert comp.spec.standin and comp.spec.standin.pypi is None

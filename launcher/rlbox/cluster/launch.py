@@ -190,7 +190,7 @@ def _image_and_hardware(req: RunRequest, m: matrix.Matrix, recipe: recipes.Recip
         _reference(image_ref)
     if req.sim:
         image_ref = image_ref or f"rlbox_sim:{host_arch_variant()}"
-        image, _ = m.image_for(image_ref)
+        image, variant = m.image_for(image_ref)
         hardware = hardware or (recipe.hardware if recipe else None) or "a3"
     else:
         if not image_ref and recipe:
@@ -209,8 +209,7 @@ def _image_and_hardware(req: RunRequest, m: matrix.Matrix, recipe: recipes.Recip
     profile = Profile(hardware, hw.npus_per_node, hw.npu_smi_chip, tuple(hw.device_counts))
 
     _reference(image)
-    found = m.image_for(image_ref)[1] if image_ref else None
-    from_matrix = found.ref if found else None  # RELEASE:VARIANT, however the image was named
+    from_matrix = variant.ref if variant else None  # RELEASE:VARIANT, however the image was named
 
     return image, from_matrix, hardware, profile
 
