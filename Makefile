@@ -44,9 +44,10 @@ help:
 setup:
 	bash .ci/provision
 
-# Two pytest-xdist workers: the engine, testbed and AISBench tests run on one of them in order, as one group
-# (tests/conftest.py), the rest on the other meanwhile. TEST_WORKERS=0 runs everything in this process.
-TEST_WORKERS ?= 2
+# Three pytest-xdist workers: the tests on the session's testbed run in order on one, the other engine and
+# AISBench tests in order on another, the rest (no engine) on the third meanwhile (tests/conftest.py).
+# TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 3
 test: setup
 	$(PYTHON) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 

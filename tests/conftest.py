@@ -6,6 +6,8 @@ they share live in tests/support/ (imported as ``support``)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -18,22 +20,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import selftest  # noqa: E402
 
 REPO = selftest.REPO
+LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()}"
 
-# Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that touches the engine, the
-# testbed or AISBench runs in one group, on one worker, one after another and in the order collected, as
-# in a plain run: they share the session's images and testbed, and two of them side by side would fight
-# over 2 cores (Ray's 30 s start-up limit) and one engine's containers. The tests that need none of it
-# (about 1700, pure judgements and files) run on the other worker meanwhile.
-SERIAL = "engine"
+# Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), the tests that touch the engine run in
+# two groups, each on one worker, one test after another and in the order collected, as in a plain run:
+# - "testbed": every test on the session's testbed (the `testbed` fixture, or the `testbed` mark for a
+#   test that asks for it at run time): its hosts have their own engines, addresses and PID namespaces;
+# - "engine": every other test of the local engine or AISBench (images, simulated nodes, their own
+#   testbeds on their own subnets).
+# Within a group two tests never run side by side (they share the session's images and testbed, and one
+# engine's simulated devices); the two groups do, since nothing of one is the other's: the pre-flight's
+# stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and the fixtures
+# that build images hold a lock (`built_once`). The third worker runs the ~1700 tests that need none of it
+# (pure judgements and files) meanwhile. xdist gives the largest groups out first, one to a worker.
+ENGINE_GROUP, TESTBED_GROUP = "engine", "testbed"
 SERIAL_FIXTURES = {"engine", "ais_bench"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group into each test's id
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("engine") \
-                or item.get_closest_marker("aisbench"):
-            item.add_marker(pytest.mark.xdist_group(SERIAL))
+        names = set(getattr(item, "fixturenames", ()))
+        if "testbed" in names or item.get_closest_marker("testbed"):
+            item.add_marker(pytest.mark.xdist_group(TESTBED_GROUP))
+        elif SERIAL_FIXTURES & names or item.get_closest_marker("engine") or item.get_closest_marker("aisbench"):
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
+
+
+@contextlib.contextmanager
+def built_once(what: str):
+    """Held while a session fixture looks for, and if missing builds, what it names: two workers
+    starting on a fresh machine build it once, the second finding the first's image."""
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    with open(LOCKS / f"{what}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +120,8 @@ def engine():
         if os.environ.get("CI") == "true":
             pytest.fail(f"engine test under CI=true but {problem}: .ci/run must provision it")
         pytest.skip(problem)
-    selftest.ensure_base_images()
+    with built_once("base-images"):
+        selftest.ensure_base_images()
 
 
 AIS_BENCH = REPO / ".venv-aisbench" / "bin" / "ais_bench"
@@ -149,9 +174,10 @@ def sim_image(engine):
 
     ref = f"rlbox_sim:{host_arch_variant()}"
     image = f"localhost/rlbox/sim:{host_arch_variant()}"
-    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
-        proc = rlbox("build", ref, "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt")
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    with built_once("sim-image"):
+        if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
+            proc = rlbox("build", ref, "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt")
+            assert proc.returncode == 0, proc.stderr[-3000:]
     return image
 
 
@@ -162,7 +188,8 @@ def cpu_release_image(engine, tmp_path_factory):
     the image `rlbox data prepare` and `rlbox merge` run in, and a simulated node's image."""
     from support import verl_cpu
 
-    proc = verl_cpu.build(tmp_path_factory.mktemp("cpu-index"))
+    with built_once("verl-cpu"):
+        proc = verl_cpu.build(tmp_path_factory.mktemp("cpu-index"))
     if proc is None:
         msg = "no CPU torch 2.13.0 wheel on this machine (/opt/wheels) to build verl_cpu"
         if os.environ.get("CI") == "true":
@@ -180,7 +207,8 @@ def vllm_cpu_image(engine):
     (train with vLLM's rollout, merge, serve)."""
     from support import verl_cpu
 
-    proc = verl_cpu.build09()
+    with built_once("verl-cpu-09"):
+        proc = verl_cpu.build09()
     assert proc.returncode == 0, (proc.stdout or "")[-3000:] + (proc.stderr or "")[-3000:]
     return verl_cpu.image09()
 

@@ -291,3 +291,29 @@ def test_stale_ray_is_found_by_process_name_not_command_line_words(tmp_path):
         for p in (words, named):
             p.kill()
             p.wait()
+
+
+def test_stale_ray_is_ray_on_this_hosts_network_only(tmp_path):
+    """A raylet in another network namespace (a bridged container; another testbed host, which shares
+    this machine's process table) is not this host's stale Ray; one in this namespace is."""
+    from rlbox.cluster.preflight.facts import RAY_PROCESSES
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "--net", "true"]).returncode != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("unshare --net does not run here: the testbed needs it (docs/testbed.md)")
+        pytest.skip("unshare --net does not run here")
+    fake = tmp_path / "raylet"
+    shutil.copy(shutil.which("sleep"), fake)
+    here = subprocess.Popen([str(fake), "60"])
+    away = subprocess.Popen(["unshare", "--net", str(fake), "60"])  # unshare execs: the pid is the raylet
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{away.pid}/comm").read_text().strip() != "raylet" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.readlink(f"/proc/{away.pid}/ns/net") != os.readlink("/proc/self/ns/net")
+        found = subprocess.run(RAY_PROCESSES, capture_output=True, text=True).stdout.split()
+        assert str(here.pid) in found and str(away.pid) not in found
+    finally:
+        for p in (here, away):
+            p.kill()
+            p.wait()

@@ -175,7 +175,7 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
     info = client.info()
     npu_ids = node_plan.npu_ids or tuple(range(node_plan.npus))
     view.prefetch([npunet.read_argv(view.hccn_tool(), npu_ids), ["ls", "-1", "/dev"], ["npu-smi", "info"], ["cat", "/usr/local/Ascend/driver/version.info"],
-                   ["ss", "-Hltn"], ["pgrep", "-f", "[r]aylet|[g]cs_server"], ["sh", "-c", "ulimit -Hn"],
+                   ["ss", "-Hltn"], RAY_PROCESSES, ["sh", "-c", "ulimit -Hn"],
                    ["df", "-Pk", "/dev/shm"], ["ip", "-o", "route", "get", plan.head],
                    ["df", "-Pk", info.get("DockerRootDir", "/var/lib/docker")],
                    *(["test", "-e", m.source] for m in node_plan.container.mounts if not m.target.startswith(DRIVER_TARGETS))])
@@ -249,9 +249,15 @@ def ping_peers(view: "HostView", net: npunet.NpuNet, pairs: list[tuple[int, str,
     return replace(net, pings=npunet.parse_pings(proc.stdout, {(d, a): who for d, a, who in pairs}))
 
 
-# Ray's own processes by executable name (the kernel's comm, matched whole), never by words on a
-# command line: `tail -f raylet.out` or a run named ...raylet... is no Ray.
-RAY_PROCESSES = ["pgrep", "-x", "raylet|gcs_server"]
+# Ray's own processes on this host's network: by executable name (the kernel's comm, matched whole),
+# never by words on a command line (`tail -f raylet.out` or a run named ...raylet... is no Ray), and in
+# the network namespace the check runs in, which is the one rlbox's nodes share (`--network host`): a
+# Ray in another namespace (a bridged container, another testbed host on this machine) can neither hold
+# this run's ports nor join its cluster. A process whose namespace cannot be read (another user's, for a
+# user without the right to look) is counted: unknown is not "not stale". Fixed text, no user data.
+RAY_PROCESSES = ["sh", "-c", 'me=$(readlink /proc/self/ns/net); for p in $(pgrep -x "raylet|gcs_server" 2>/dev/null); do '
+                 'ns=$(readlink "/proc/$p/ns/net" 2>/dev/null); if [ -n "$ns" ]; then [ "$ns" = "$me" ] && echo "$p"; '
+                 'elif [ -d "/proc/$p" ]; then echo "$p"; fi; done; true']
 
 
 def listening_ports(ss_output: str) -> frozenset[int]:
