@@ -44,8 +44,8 @@ help:
 setup:
 	bash .ci/provision
 
-# Three pytest-xdist workers: the tests on the session's testbed run in order on one, the other engine and
-# AISBench tests in order on another, the rest (no engine) on the third meanwhile (tests/conftest.py).
+# Three pytest-xdist workers: the tests on the session's testbed (and AISBench's) run in order on one, the
+# other engine tests in order on another, the rest (no engine) on the third meanwhile (tests/conftest.py).
 # TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 3
 test: setup

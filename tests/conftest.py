@@ -26,24 +26,26 @@ LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()
 # two groups, each on one worker, one test after another and in the order collected, as in a plain run:
 # - "testbed": every test on the session's testbed (the `testbed` fixture, or the `testbed` mark for a
 #   test that asks for it at run time): its hosts have their own engines, addresses and PID namespaces;
-# - "engine": every other test of the local engine or AISBench (images, simulated nodes, their own
-#   testbeds on their own subnets).
+#   and the AISBench tests, which need no engine at all (heavy on the CPU, so one at a time), placed here
+#   because the other group is the longer one (the two finished 30 and about 25 min into a CI run);
+# - "engine": every other test of the local engine (images, simulated nodes, their own testbeds on their
+#   own subnets).
 # Within a group two tests never run side by side (they share the session's images and testbed, and one
 # engine's simulated devices); the two groups do, since nothing of one is the other's: the pre-flight's
 # stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and the fixtures
 # that build images hold a lock (`built_once`). The third worker runs the ~1700 tests that need none of it
 # (pure judgements and files) meanwhile. xdist gives the largest groups out first, one to a worker.
 ENGINE_GROUP, TESTBED_GROUP = "engine", "testbed"
-SERIAL_FIXTURES = {"engine", "ais_bench"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group into each test's id
 def pytest_collection_modifyitems(config, items):
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if "testbed" in names or item.get_closest_marker("testbed"):
+        if "testbed" in names or item.get_closest_marker("testbed") or "ais_bench" in names \
+                or item.get_closest_marker("aisbench"):
             item.add_marker(pytest.mark.xdist_group(TESTBED_GROUP))
-        elif SERIAL_FIXTURES & names or item.get_closest_marker("engine") or item.get_closest_marker("aisbench"):
+        elif "engine" in names or item.get_closest_marker("engine"):
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 
 
