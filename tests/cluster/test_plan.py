@@ -288,9 +288,44 @@ def test_unresolvable_head_is_planned_as_a_name():
     assert p.nodes[1].container.command[5] == "node-that-does-not-resolve.invalid"
 
 
-@pytest.mark.parametrize("index, seconds", [(0, 0.0), (1, 0.25), (4, 1.0), (15, 3.75), (16, 0.0), (17, 0.25), (999, 1.75)])
-def test_workers_start_ray_spread_over_at_most_four_seconds(index, seconds):
-    """Not every worker's `ray start` in the same instant (16 testbed hosts: 7-13 raylets timed out
-    registering when they were); bounded, so a cluster pays at most 3.75 s for it."""
-    assert plan.start_delay(index) == seconds
-    assert plan.start_delay(index) <= (plan.START_GROUPS - 1) * plan.START_STEP == 3.75
+def test_workers_past_the_first_eight_wait_for_the_launcher_s_go_not_a_clock():
+    """No worker waits on a clock: the first 8 start as the head's ports answer, worker k past them
+    when Ray's node table holds enough workers (2 more a registered worker)."""
+    assert [plan.gated(i) for i in (0, 1, 8, 9, 15)] == [False, False, False, True, True]
+    assert [plan.released(r) for r in (-1, 0, 1, 4)] == [8, 8, 10, 16]
+    p = make(hosts=",".join(f"10.0.0.{i}" for i in range(1, 12)))
+    env = [dict(n.container.env) for n in p.nodes]
+    assert [e.get("RLBOX_GATED") for e in env] == [None] * 9 + ["1", "1"]
+    assert not any("RLBOX_START_DELAY" in e for e in env)
+    assert "trap 'go=1' USR1" in plan.NODE_SCRIPT.splitlines()[1]  # before anything that could take time
+
+
+class _Api:
+    def __init__(self, fail=()):
+        self.sent, self.fail = [], set(fail)
+
+    def kill(self, name, signal):
+        if name in self.fail:
+            raise RuntimeError("No such container: " + name)
+        self.sent.append((name, signal))
+
+
+def test_the_gate_gives_each_go_once_per_start_as_ray_registers_workers():
+    from types import SimpleNamespace
+
+    from rlbox.cluster.bringup import Gate
+
+    p = make(hosts=",".join(f"10.0.0.{i}" for i in range(1, 14)))  # workers 1..12; 9..12 gated
+    api = _Api(fail={p.nodes[12].container.name})
+    said = []
+    gate = Gate([(n, SimpleNamespace(client=SimpleNamespace(api=api))) for n in p.nodes], said.append)
+    assert gate.give(registered=0) == [] and api.sent == []
+    assert gate.give(registered=1) == [9, 10]
+    assert gate.give() == [] and gate.give(registered=1) == []  # once
+    gate.given.discard(9)  # its container started again: its script waits for a new go
+    assert gate.give() == [9]
+    assert gate.give(registered=3) == [11]  # 12's container is gone: said, not raised
+    assert api.sent == [(p.nodes[i].container.name, "SIGUSR1") for i in (9, 10, 9, 11)]
+    assert said == [f"{p.nodes[12].label}: cannot give it its go: No such container: {p.nodes[12].container.name}"]
+
+

@@ -82,3 +82,33 @@ def test_a_worker_starts_ray_only_once_the_head_s_gcs_and_raylet_both_listen():
     assert proc.returncode == 0, err
     assert out.splitlines()[-1].startswith(f"ray-started --node-manager-port={raylet_port} --node-ip-address=127.0.0.1 "
                           f"--address=127.0.0.1:{gcs_port}")
+
+
+def test_a_gated_worker_starts_ray_on_the_launcher_s_go_not_before_and_not_on_a_clock():
+    import os
+    import signal
+
+    gcs, gcs_port = _listener()
+    raylet, raylet_port = _listener()
+    gcs.listen()
+    raylet.listen()
+    proc = subprocess.Popen(["bash", "-c", NODE_SCRIPT, "rlbox-node", "worker", "127.0.0.1", str(gcs_port),
+                             "echo", "ray-started", f"--node-manager-port={raylet_port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, RLBOX_GATED="1"))
+    try:
+        deadline = time.monotonic() + 20
+        line = proc.stdout.readline()  # "rlbox-node: worker on ..." then the wait's own line
+        while "waiting for the launcher's go" not in line and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+        assert "waiting for the launcher's go" in line
+        time.sleep(2.5)
+        assert proc.poll() is None  # both head ports answer, yet no go: still waiting, whatever the clock
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+        gcs.close()
+        raylet.close()
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1].startswith("ray-started --node-manager-port=")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import requests
 
-from rlbox.cluster import driver, jobs, probe, ray, sharing, sim, watch
+from rlbox.cluster import bringup, driver, jobs, probe, ray, sharing, sim, watch
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.hosts import Node, connect_all, on_every
@@ -23,27 +23,6 @@ from rlbox.cluster.state import STATE_FILE, Phase, RunState, restart_line
 from rlbox.verl import job as verl_job
 
 Echo = Callable[[str], None]
-
-
-def _start_error(node: NodePlan, err: Exception) -> RlboxError:
-    reason = engine.reason(err)
-    if "gathering device information" in reason or ("no such file or directory" in reason and "/dev/" in reason):
-        dev = next((w.strip('":,') for w in reason.split() if w.strip('":,').startswith("/dev/")), "a device")
-        return RlboxError(
-            f"{node.host.name}: {dev} does not exist on the host; check the Ascend driver, "
-            f"or pass --devices with the host's NPU count"
-        )
-    if "error setting rlimit" in reason:
-        limits = dict((n, soft) for n, soft, _ in node.container.ulimits)
-        return RlboxError(
-            f"{node.host.name}: the engine refuses ulimit nofile={limits.get('nofile')}: its own hard limit is lower; "
-            "pass --nofile N (at most the host's `ulimit -Hn`)"
-        )
-    if "bind source path does not exist" in reason:
-        path = reason.rsplit("does not exist:", 1)[-1].strip()
-        return RlboxError(f"{node.host.name}: {path} does not exist on the host; install the Ascend driver there, "
-                          "or fix the --mount / mounts: entry")
-    return RlboxError(f"{node.host.name}: cannot start {node.container.name}: {reason}")
 
 
 @dataclass
@@ -56,6 +35,7 @@ class Cluster:
     dashboard: str | None = None
     addresses: dict[int, str] = field(default_factory=dict)  # node index -> address, once started
     reported: set[int] = field(default_factory=set)  # nodes whose address is the one they reported
+    gate: bringup.Gate | None = None  # the gated workers' go, while Ray's node table is watched
     _torn_down: bool = field(default=False, repr=False)
 
     # -- bring-up -------------------------------------------------------------------------
@@ -102,14 +82,14 @@ class Cluster:
             try:
                 box = node.client.containers.create(**node_plan.container.docker_py())
             except Exception as err:  # docker.errors.APIError and friends
-                raise _start_error(node_plan, err) from None
+                raise bringup.start_error(node_plan, err) from None
             try:
                 box.start()
                 if self.plan.network:  # the engine gave the address
                     box.reload()
                     self.addresses[node_plan.index] = box.attrs["NetworkSettings"]["Networks"][self.plan.network.name]["IPAddress"]
             except Exception as err:  # noqa: BLE001
-                raise _start_error(node_plan, err) from None
+                raise bringup.start_error(node_plan, err) from None
             self.echo(f"node{node_plan.index} {node_plan.role:6} started on {node_plan.host.name} ({node_plan.npus} NPUs)")
 
         _, errors = on_every(start_one, list(zip(self.plan.nodes, self.nodes)))
@@ -146,12 +126,14 @@ class Cluster:
         looking = self.watcher()
         tries: dict[int, int] = {}
         last = [float("-inf")]
+        gate = self.gate = bringup.Gate(list(zip(self.plan.nodes, self.nodes)), self.echo)
 
         def lost_node() -> None:  # one look at the engines a watch period, not one a poll of Ray's table
             now = time.monotonic()
             if now - last[0] < looking.every:
                 return
             last[0] = now
+            gate.give()  # before a restart below: a started container gets its go a look later (its trap set)
             boxes = looking.boxes()
             for i, (node, box) in enumerate(zip(looking.expected, boxes)):
                 if watch.start_again(node, box, tries.get(i, 0)):
@@ -167,6 +149,7 @@ class Cluster:
 
         def progress(nodes_up: int, npus: int, total: int) -> None:
             self.echo(f"ray: {nodes_up}/{len(self.plan.nodes)} nodes, {npus}/{total} NPUs")
+            gate.give(registered=nodes_up - 1)
 
         ray.wait_for_npus(self.dashboard, expected, self.plan.total_npus, timeout, progress, lost_node)
         self.learn_addresses()
@@ -175,6 +158,8 @@ class Cluster:
         """Start a worker's exited container again (its raylet timed out registering: Ray's fixed
         30 s); what its engine then says of it."""
         node_plan, node = self.plan.nodes[index], self.nodes[index]
+        if self.gate is not None:  # started again, its node script waits for a new go
+            self.gate.given.discard(node_plan.index)
         self.echo(f"{node_plan.label}: Ray's raylet timed out registering with the head ({watch.RAY_START_TIMED_OUT}); "
                   f"starting it again ({attempt}/{watch.START_AGAIN})")
         try:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlbox.cluster import sharing
-from rlbox.cluster.ray_node import (HEALTH_CHECK_ENV, NOSET_VISIBLE, START_GROUPS, START_STEP, VISIBLE,  # noqa: F401
-                                     NpuPolicy, RayPorts, ports_for, ray_start, start_delay)
+from rlbox.cluster.ray_node import (HEALTH_CHECK_ENV, NOSET_VISIBLE, START_FIRST, START_PER_REGISTERED,  # noqa: F401
+                                     VISIBLE, NpuPolicy, RayPorts, gated, ports_for, ray_start, released)
 from rlbox.cluster.spec import ClusterSpec, Host, Mount
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -55,6 +55,7 @@ NPROC = 65536
 # one), exports the socket variables from it, waits for the head's GCS and raylet ports on workers, and
 # replaces itself with `ray start ... --block` plus the addresses it found.
 NODE_SCRIPT = r"""set -eu
+go=; trap 'go=1' USR1  # a gated worker's go (ray_node.gated), from the launcher: set before anything else
 role=$1 head=$2 port=$3; shift 3
 case $head in
   *[!0-9.]*)
@@ -90,7 +91,11 @@ if [ "$role" = worker ]; then  # the head's GCS, then its raylet (same port bloc
       sleep 0.1
     done
   done
-  sleep "${RLBOX_START_DELAY:-0}"  # not every worker in the same instant (plan.start_delay)
+  if [ "${RLBOX_GATED:-0}" = 1 ]; then  # until the launcher's go: Ray has registered workers before it
+    echo "rlbox-node: waiting for the launcher's go (Ray registers the workers before this one first)"
+    until [ -n "$go" ]; do sleep 1 & wait $! || true; done  # the signal ends the wait at once
+    kill $! 2>/dev/null || true
+  fi
 fi
 if [ "$role" = head ]; then
   exec "$@" --node-ip-address="$ip" --dashboard-host="$ip"
@@ -407,8 +412,8 @@ def node_container(
     env.update({"RLBOX_RUN": run, "RLBOX_NODE": str(index), "RLBOX_HEAD": head})
     if role == "head":  # the GCS runs the health checks: a frozen or cut-off node DEAD in ~20 s
         env.update(HEALTH_CHECK_ENV)
-    else:
-        env["RLBOX_START_DELAY"] = f"{start_delay(index):.2f}"
+    elif gated(index):
+        env["RLBOX_GATED"] = "1"
     if host.nic:
         env["RLBOX_NIC"] = host.nic
     if npu_policy is not None:

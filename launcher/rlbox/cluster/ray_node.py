@@ -1,5 +1,5 @@
 """How Ray starts on one node, as data (split from plan.py): the run's port block, the `ray start`
-command line, the workers' start spread, the GCS health check, and the release's NPU env policy."""
+command line, the workers' start pacing, the GCS health check, and the release's NPU env policy."""
 
 from __future__ import annotations
 
@@ -9,18 +9,28 @@ from typing import Any
 from rlbox.cluster import sharing
 
 
-# Workers do not all call `ray start` in the same instant once the head is up: worker k waits
-# (k mod START_GROUPS) x START_STEP seconds more (at most 3.75 s). On 16 testbed hosts sharing 2 cores,
-# 15 raylets started together timed out registering with the GCS (Ray's fixed 30 s) 7 to 13 at a
-# time, and bring-up took 79-82 s with them started again; spread, none timed out: 41 s
-# (bench/bringup.py). On a cluster it costs at most 3.75 s of a bring-up.
-START_STEP = 0.25
-START_GROUPS = 16
+# Workers do not all call `ray start` in the same instant once the head is up, and none waits on a
+# clock: workers 1..START_FIRST go as soon as the head's ports answer; worker k past them is gated (its
+# node script waits for the launcher's go, a SIGUSR1 to its container) until Ray's node table holds
+# enough of the workers before it (`released`): the GCS's own answers pace them, a slow head takes them
+# slowly, a quick one at once. Why any pacing: on 16 testbed hosts sharing 2 cores, 15 raylets started
+# together timed out registering with the GCS (Ray's fixed 30 s: `raylet_start_wait_time_s` in
+# ray/_private/node.py, not configurable) 7 to 13 at a time; a fixed spread (worker k waited (k mod 16) x
+# 0.25 s) cured that at up to 3.75 s of every bring-up, whatever the head could take. Only a launcher
+# that watches Ray's node table gives the go (the hosts, simulated and Slurm backends; `gate` says
+# whether a plan's workers are gated at all).
+START_FIRST = 8
+START_PER_REGISTERED = 2
 
 
-def start_delay(index: int) -> float:
-    """Seconds node ``index`` waits after the head is up before its `ray start` (0 for the head)."""
-    return (index % START_GROUPS) * START_STEP
+def gated(index: int) -> bool:
+    """Whether worker ``index`` waits for the launcher's go before its `ray start`."""
+    return index > START_FIRST
+
+
+def released(registered: int) -> int:
+    """The highest worker index that may start once ``registered`` workers are in Ray's node table."""
+    return START_FIRST + START_PER_REGISTERED * max(0, registered)
 
 
 # Ray's GCS health check of every raylet (ray_config_def.h; the head's environment sets it):

@@ -1,0 +1,62 @@
+"""Starting a plan's nodes: what an engine's refusal to start one means in the operator's words, and the
+launcher's go for the workers that wait for it (ray_node.gated), given as Ray's node table fills."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rlbox.cluster.hosts import Node
+from rlbox.cluster.plan import NodePlan, gated, released
+from rlbox.core import engine
+from rlbox.core.errors import RlboxError
+
+
+def start_error(node: NodePlan, err: Exception) -> RlboxError:
+    """The engine's refusal to create or start ``node``'s container, as one line naming the host and the fix."""
+    reason = engine.reason(err)
+    if "gathering device information" in reason or ("no such file or directory" in reason and "/dev/" in reason):
+        dev = next((w.strip('":,') for w in reason.split() if w.strip('":,').startswith("/dev/")), "a device")
+        return RlboxError(
+            f"{node.host.name}: {dev} does not exist on the host; check the Ascend driver, "
+            f"or pass --devices with the host's NPU count"
+        )
+    if "error setting rlimit" in reason:
+        limits = dict((n, soft) for n, soft, _ in node.container.ulimits)
+        return RlboxError(
+            f"{node.host.name}: the engine refuses ulimit nofile={limits.get('nofile')}: its own hard limit is lower; "
+            "pass --nofile N (at most the host's `ulimit -Hn`)"
+        )
+    if "bind source path does not exist" in reason:
+        path = reason.rsplit("does not exist:", 1)[-1].strip()
+        return RlboxError(f"{node.host.name}: {path} does not exist on the host; install the Ascend driver there, "
+                          "or fix the --mount / mounts: entry")
+    return RlboxError(f"{node.host.name}: cannot start {node.container.name}: {reason}")
+
+
+@dataclass
+class Gate:
+    """The go of each gated worker: a SIGUSR1 to its container, once Ray's node table holds enough of
+    the workers before it (ray_node.released); once per start of its container (``given``)."""
+
+    nodes: list[tuple[NodePlan, Node]]
+    echo: Callable[[str], None]
+    registered: int = 0
+    given: set[int] = field(default_factory=set)
+
+    def give(self, registered: int | None = None) -> list[int]:
+        """Give the go to every gated worker that may start now; the indexes it was given to."""
+        if registered is not None:
+            self.registered = max(0, registered)
+        upto, now = released(self.registered), []
+        for node_plan, node in self.nodes:
+            i = node_plan.index
+            if not gated(i) or i > upto or i in self.given:
+                continue
+            self.given.add(i)
+            try:
+                node.client.api.kill(node_plan.container.name, signal="SIGUSR1")
+                now.append(i)
+            except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names that
+                self.echo(f"{node_plan.label}: cannot give it its go: {engine.reason(err)}")
+        return now
