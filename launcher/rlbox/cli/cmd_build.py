@@ -113,6 +113,7 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
         extra = standins.plan(m.get(ref), standin, p.tags[0])
     if dry_run:
         click.echo(p.describe())
+        err.print(f"rlbox: {p.describe_context()}", markup=False, highlight=False)
         if extra:
             click.echo(extra.describe())
         return
