@@ -351,4 +351,7 @@ def _fetch_debs(v: ResolvedVariant, dest: Path, profile: Profile | None, base_im
     argv += [image, "/opt/rlbox/lib/rlbox-system-packages", "apt", "--download-to", "/out", *wanted]
     _run(argv, f"downloading OS packages in a container of {image}")
     (target / DEBS_ASKED).write_text("".join(f"{name}\n" for name in wanted))
+    for path in target.iterdir():  # their content's mtime, as a download's (apt's own would differ per fetch)
+        if path.is_file() and not path.is_symlink():
+            stamp(path, sha256(path))
     return len(list(target.glob("*.deb")))
