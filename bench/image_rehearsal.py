@@ -14,8 +14,11 @@
                                                           arm64 report in DIR (build/rehearsal) against its release's
                                                           x86 one, build time, checks time and image size, ratios
     python3 bench/image_rehearsal.py sources [REF [S|-] [--no-whole]]  issue 28, in scratch copies of the tree (the cache hard-linked):
-                                                          bytes sent as build context with the whole cache mounted
-                                                          (the old form) vs each RUN mounting what it reads; steps
+                                                          bytes sent as build context with the checkout as context
+                                                          and the whole cache mounted (the old form) vs the staged
+                                                          context (issue 35: one directory per release and platform,
+                                                          each RUN mounting what it reads), for the first build of
+                                                          a new checkout and of a second new checkout; steps
                                                           re-run after unrelated files appear in the cache; a rebuild
                                                           after editing one patch and after bumping one component,
                                                           against REF's cold rehearsal build (its report, or S seconds)
@@ -35,6 +38,7 @@ header) and restored, then re-rendered, whatever happens; the bench's builds are
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -104,9 +108,10 @@ def timed_build(ref: str, no_cache: bool = False, tag: str | None = None) -> tup
         argv.insert(argv.index("--load"), "--no-cache")
     if tag:
         argv[argv.index("--tag") + 1] = tag
-    t0 = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    took = time.monotonic() - t0
+    with build.staged(p.build, lambda line: None):  # the build context, staged as `rlbox build` does
+        t0 = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        took = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"build failed: {proc.stdout[-800:]}")
     rebuilt = [f"{s.position} {s.kind} {s.text[:70]}"
@@ -279,39 +284,47 @@ UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
 
 
 def scratch_tree(dest: Path) -> Path:
-    """A copy of the tree's build inputs in ``dest`` (a new directory: BuildKit syncs its context afresh),
-    the source cache hard-linked (new files there stay out of the real cache; never edit one in place)."""
+    """A copy of the tree's build inputs in ``dest`` (a new directory, as a fresh checkout: every file
+    written anew, with a new mtime, as `git clone` writes them), the source cache hard-linked (new
+    files there stay out of the real cache; never edit one in place)."""
     dest.mkdir(parents=True)
     for name in ("images", "templates", "patches", "dockerfiles", "tools"):
-        shutil.copytree(ROOT / name, dest / name, symlinks=True)
-    shutil.copy2(ROOT / ".dockerignore", dest / ".dockerignore")
+        shutil.copytree(ROOT / name, dest / name, symlinks=True, copy_function=shutil.copy)
+    shutil.copy(ROOT / ".dockerignore", dest / ".dockerignore")
     subprocess.run(["cp", "-al", str(ROOT / ".rlbox-sources"), str(dest / ".rlbox-sources")], check=True)
     return dest
 
 
-def build_in(tree: Path, ref: str, tag: str, *, stop_after_context: bool = False) -> dict:
+def build_in(tree: Path, ref: str, tag: str, *, stop_after_context: bool = False, checkout_context: bool = False) -> dict:
     """The rehearsal build of ``ref`` in ``tree``: seconds, context bytes, steps (run or cached, with
-    their seconds). With ``stop_after_context`` the build is stopped once the context is sent."""
+    their seconds). With ``stop_after_context`` the build is stopped once the context is sent. The
+    context is staged as `rlbox build` stages it (rlbox.image.context: one directory per release and
+    platform, whatever the checkout), or with ``checkout_context`` the checkout itself (the old form)."""
     p = rehearsal.plan(matrix.load(tree), ref, shipped())
     argv = list(p.build.argv)
     argv[argv.index("--tag") + 1] = tag
     if stop_after_context:
         argv[argv.index("--load")] = "--output=type=cacheonly"
-    t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tree)
-    log, sent = [], 0.0
     trace = open(Path(tempfile.gettempdir()) / f"rlbox-bench-sources-{ref.replace(':', '-')}.log", "a")  # to follow it
-    for line in proc.stdout:
-        trace.write(line)
-        trace.flush()
-        log.append(line.rstrip("\n"))
-        hit = CONTEXT.match(line)
-        if hit and line.rstrip().endswith("done"):
-            sent += float(hit.group(1)) * UNITS[hit.group(2)]
-            if stop_after_context and sent > 1000:  # the context proper, not the Dockerfile's 2 B
-                proc.terminate()
-    code = proc.wait()
-    took = time.monotonic() - t0
+    with contextlib.ExitStack() as held:
+        if checkout_context:
+            argv[-1] = str(tree)
+        else:
+            held.enter_context(build.staged(p.build, lambda line: trace.write(line + "\n")))
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tree)
+        log, sent = [], 0.0
+        for line in proc.stdout:
+            trace.write(line)
+            trace.flush()
+            log.append(line.rstrip("\n"))
+            hit = CONTEXT.match(line)
+            if hit and line.rstrip().endswith("done"):
+                sent += float(hit.group(1)) * UNITS[hit.group(2)]
+                if stop_after_context and sent > 1000:  # the context proper, not the Dockerfile's 2 B
+                    proc.terminate()
+        code = proc.wait()
+        took = time.monotonic() - t0
     trace.close()
     if code != 0 and not stop_after_context:
         raise SystemExit(f"build of {ref} in {tree} failed:\n" + "\n".join(log[-30:]))
@@ -341,17 +354,25 @@ def bench_sources(ref: str, cold_s: float | None = None, skip_whole: bool = Fals
             dockerfile = old / matrix.load(old).get(ref).dockerfile
             dockerfile.write_text(re.sub(r"--mount=type=bind,source=\.rlbox-sources/\S+,target=/opt/rlbox/sources/\S+",
                                          WHOLE, dockerfile.read_text()))
-            whole = build_in(old, ref, tag, stop_after_context=True)
+            whole = build_in(old, ref, tag, stop_after_context=True, checkout_context=True)
             shutil.rmtree(old)
         tree = scratch_tree(work / "narrow")
         narrow = build_in(tree, ref, tag)
+        # ... and a second new checkout: its first build, through the staged context the first one left
+        fresh_tree = scratch_tree(work / "fresh")
+        fresh = build_in(fresh_tree, ref, tag)
+        shutil.rmtree(fresh_tree)
         print(f"{ref} ({platform_of(ref)}), cold build ({'given' if cold_s else 'its rehearsal report'}): "
               f"{cold['build_s']:.0f} s", flush=True)
         if not skip_whole:
-            print(f"build context, whole cache mounted (before):   {whole['context_bytes'] / 1e6:10.1f} MB")
-        print(f"build context, each RUN mounts what it reads:  {narrow['context_bytes'] / 1e6:10.1f} MB "
-              f"(ratio {narrow['context_bytes'] / whole['context_bytes'] if whole['context_bytes'] else float('nan'):.3f}); "
-              f"{sum(not s.cached for s, _ in narrow['steps'])} of {len(narrow['steps'])} steps re-run")
+            print(f"build context, the checkout, whole cache mounted (before):  {whole['context_bytes'] / 1e6:10.1f} MB")
+        print(f"build context, staged ({rehearsal.plan(matrix.load(ROOT), ref, shipped()).build.context}), "
+              f"each RUN mounting what it reads:")
+        ratio = f" (ratio {narrow['context_bytes'] / whole['context_bytes']:.3f})" if whole["context_bytes"] else ""
+        print(f"    first build of a new checkout:              {narrow['context_bytes'] / 1e6:10.2f} MB{ratio}; "
+              f"{sum(not s.cached for s, _ in narrow['steps'])} of {len(narrow['steps'])} steps re-run, {narrow['s']:.1f} s")
+        print(f"    first build of a second new checkout:       {fresh['context_bytes'] / 1e6:10.2f} MB; "
+              f"{sum(not s.cached for s, _ in fresh['steps'])} of {len(fresh['steps'])} steps re-run, {fresh['s']:.1f} s")
         # 2. unrelated files in the cache: another platform's wheel, another component's repository, another sdist
         cache = tree / ".rlbox-sources"
         other = "aarch64" if matrix.load(tree).get(ref).arch == "x86_64" else "x86_64"

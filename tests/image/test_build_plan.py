@@ -13,7 +13,7 @@ from rlbox.image import build, sources
 from rlbox.core.errors import RlboxError
 
 
-def test_dry_run_prints_the_exact_command():
+def test_dry_run_prints_the_exact_command(tmp_path):
     proc = rlbox(
         "build", "verl_pt27_25rc3:a3-arm", "--dry-run",
         "--base-image", "swr.cn-south-1.myhuaweicloud.com/ascendhub/cann:8.3.rc1-a3-ubuntu22.04-py3.11",
@@ -22,7 +22,7 @@ def test_dry_run_prints_the_exact_command():
         "--apt-mirror", "http://mirrors.example.com/ubuntu",
         "--hf-endpoint", "https://hf-mirror.com",
         "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt",
-        "--push",
+        "--push", env={"RLBOX_CACHE": str(tmp_path)},
     )
     assert proc.returncode == 0, proc.stderr
     argv = shlex.split(proc.stdout.strip())
@@ -39,7 +39,11 @@ def test_dry_run_prints_the_exact_command():
     assert "APT_MIRROR=http://mirrors.example.com/ubuntu" in args
     assert "HF_ENDPOINT=https://hf-mirror.com" in args
     assert "--push" in argv and "--load" not in argv
-    assert argv[-1] == str(REPO)
+    # the context: the release's and platform's staged directory, not the checkout; said so on stderr
+    staged = tmp_path / "context" / "verl_pt27_25rc3-linux-arm64"
+    assert argv[-1] == str(staged) and not staged.exists()  # a dry run stages nothing
+    assert f"rlbox: build context {staged}: staged from {REPO} before the build" in proc.stderr
+    assert "dockerfiles/verl_pt27_25rc3/a3-arm, .rlbox-sources/debs/aarch64" in proc.stderr
 
 
 def test_plan_defaults_load_into_local_engine(m):
@@ -84,7 +88,7 @@ def test_dry_run_passes_cache_and_push_by_digest_to_buildx():
     assert ("--output", f"type=image,name={repo},push-by-digest=true,name-canonical=true,push=true") in pairs
     # untagged: the digest is tagged afterwards; nothing loaded, no plain --push
     assert "--tag" not in argv and "--load" not in argv and "--push" not in argv
-    assert argv[-1] == str(REPO)
+    assert argv[-1].endswith("/context/verl_pt27_25rc3-linux-arm64")
 
 
 def test_plan_output_modes(m):
@@ -123,7 +127,7 @@ def test_the_plan_lists_exactly_the_mounts_of_its_dockerfile(m):
 
 
 def test_an_online_build_mounts_absent_sources_empty_and_says_so_in_one_line(m, tmp_path):
-    p = dataclasses.replace(build.plan(m.get("verl_pt210_cann910:ax-x86")), context=tmp_path)
+    p = dataclasses.replace(build.plan(m.get("verl_pt210_cann910:ax-x86")), root=tmp_path)
     said = []
     build.mount_sources(p, said.append)
     cache = tmp_path / ".rlbox-sources"
@@ -137,7 +141,7 @@ def test_an_online_build_mounts_absent_sources_empty_and_says_so_in_one_line(m, 
 
 
 def test_an_offline_build_names_the_first_absent_mount_and_the_fetch(m, tmp_path):
-    p = dataclasses.replace(build.plan(m.get("verl_pt210_cann910:ax-x86")), context=tmp_path, offline=True)
+    p = dataclasses.replace(build.plan(m.get("verl_pt210_cann910:ax-x86")), root=tmp_path, offline=True)
     with pytest.raises(RlboxError) as err:
         build.mount_sources(p, print)
     assert str(err.value) == ("offline build of verl_pt210_cann910:ax-x86: .rlbox-sources/debs/x86_64 is missing (and 3 more): "

@@ -93,7 +93,7 @@ def lock_cmd(refs, check, strict, pip_index, ca_bundle):
 @click.option("--mirror", "mirror", metavar="PROFILE", help="Mirror profile from images/mirrors.yaml (cn, intl, offline): pip index, apt and git mirrors, HF endpoint and base registry together; the options above override it. offline: no network, sources from .rlbox-sources (rlbox fetch-sources).")
 @click.option("--standin", "standin", metavar="NAME", help="Then build the named stand-in (e.g. verl-cpu-shims) on top of the "
               "result, tagged TAG-NAME and labelled io.rlbox.standin; the release's own image stays without it.")
-@click.option("--dry-run", is_flag=True, help="Print the exact build command and do nothing.")
+@click.option("--dry-run", is_flag=True, help="Print the exact build command (on stderr, the build context it stages and from where) and do nothing.")
 def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror, hf_endpoint, ca_bundle, network, no_cache, push,
               push_by_digest, no_load, cache_from, cache_to, metadata_file, mirror, standin, dry_run):
     """Build one variant of the matrix with BuildKit (docker buildx)."""
@@ -113,6 +113,7 @@ def build_cmd(ref, platform, base_image, tags, pip_index, apt_mirror, git_mirror
         extra = standins.plan(m.get(ref), standin, p.tags[0])
     if dry_run:
         click.echo(p.describe())
+        err.print(f"rlbox: {p.describe_context()}", markup=False, highlight=False)
         if extra:
             click.echo(extra.describe())
         return

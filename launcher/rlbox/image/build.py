@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import shutil
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from rlbox.core import quote
 from rlbox.core.errors import RlboxError
+from rlbox.image import context as build_context
 from rlbox.image import emulation, lockfile, mirrors, render, sources
 from rlbox.image.matrix import Matrix, ResolvedVariant
 from rlbox.image.mirrors import SOURCES_DIR
@@ -42,6 +44,9 @@ class BuildPlan:
     # what the Dockerfile bind-mounts from the source cache (relative to it), checked before BuildKit starts
     mounts: tuple[str, ...] = ()
     offline: bool = False
+    # the checkout the build reads, and what of it the executor stages into ``context`` (rlbox.image.context)
+    root: Path | None = None
+    stage: tuple[str, ...] = ()
 
     def describe_output(self) -> str:
         """Where the result goes, for humans: the tags, the repository pushed by digest, or nowhere."""
@@ -58,10 +63,16 @@ class BuildPlan:
         """What --dry-run prints: the exact build command."""
         return self.command()
 
+    def describe_context(self) -> str:
+        """Where the build context comes from: staged from the checkout just before the build."""
+        return (f"build context {self.context}: staged from {self.root} before the build, an exact mirror "
+                f"(hard-linked) of {len(self.stage)} paths: {', '.join(self.stage)}")
+
     def as_dict(self) -> dict:
         return {"ref": self.ref, "argv": list(self.argv), "dockerfile": str(self.dockerfile), "context": str(self.context),
                 "platform": self.platform, "tags": list(self.tags), "output": self.output, "repository": self.repository,
-                "build_args": dict(self.build_args), "mounts": list(self.mounts)}
+                "build_args": dict(self.build_args), "mounts": list(self.mounts),
+                "root": str(self.root) if self.root else None, "stage": list(self.stage)}
 
 
 def plan(
@@ -88,6 +99,7 @@ def plan(
     rehearsal: tuple[str, ...] = (),
     require_sources: bool = True,
     docker: str = "docker",
+    context_base: Path | None = None,
 ) -> BuildPlan:
     """The exact ``docker buildx build`` for one variant. Pure: reads no image, runs nothing.
 
@@ -95,6 +107,10 @@ def plan(
     REPO (an untagged push whose digest lands in ``metadata_file``, tagged afterwards with
     ``docker buildx imagetools create``, as CI does); or ``load=False``: keep the result in
     BuildKit's cache only (a build check; ``cache_to`` still exports the layers).
+
+    The build context is not the checkout but the directory of the release and platform under
+    ``context_base`` (default: rlbox's cache), which ``execute`` stages from the checkout first
+    (rlbox.image.context): its path, and so BuildKit's copy of it, is the same from every checkout.
     """
     platform = platform or variant.platform
     if platform not in variant.hardware.platforms:
@@ -176,10 +192,11 @@ def plan(
         argv += ["--output", "type=cacheonly"]
     else:
         argv.append("--push" if push else "--load")
-    argv.append(str(variant.root))
+    context_dir = build_context.directory(variant.release.release, platform, context_base)
+    argv.append(str(context_dir))
     return BuildPlan(
-        variant.ref, tuple(argv), dockerfile, variant.root, platform, tags, output in ("push", "digest"), args,
-        output, push_by_digest, tuple(sources.mounts(variant)), offline,
+        variant.ref, tuple(argv), dockerfile, context_dir, platform, tags, output in ("push", "digest"), args,
+        output, push_by_digest, tuple(sources.mounts(variant)), offline, variant.root, build_context.inputs(variant),
     )
 
 
@@ -240,34 +257,46 @@ def execute(build: BuildPlan, *, echo=None) -> None:
     probe = subprocess.run([docker, "buildx", "version"], capture_output=True, text=True)
     if probe.returncode != 0:
         raise RlboxError("docker buildx is not available: install the buildx plugin (see README, 'Set up')")
-    mount_sources(build, echo)
     tail: deque[str] = deque(maxlen=60)
     cause = None
-    proc = subprocess.Popen(build.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    try:
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            echo(line)
-            tail.append(line)
-            match = _SCRIPT_ERROR.search(line)
-            if match:
-                cause = match.group(1)
-        code = proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait()
-        raise RlboxError(f"build of {build.ref} interrupted", exit_code=130) from None
+    with staged(build, echo):
+        proc = subprocess.Popen(build.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        try:
+            for line in proc.stdout:
+                line = line.rstrip("\n")
+                echo(line)
+                tail.append(line)
+                match = _SCRIPT_ERROR.search(line)
+                if match:
+                    cause = match.group(1)
+            code = proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait()
+            raise RlboxError(f"build of {build.ref} interrupted", exit_code=130) from None
     if code != 0:
         if cause is None:
             cause = _generic_cause(tail)
         raise RlboxError(f"build of {build.ref} failed: {cause}", exit_code=1)
 
 
+@contextlib.contextmanager
+def staged(build: BuildPlan, echo):
+    """Held while the build runs: the context directory's lock, taken before it is staged from the
+    checkout (after the source cache's mounted paths are made present: ``mount_sources``)."""
+    with build_context.held(build.context, echo):
+        mount_sources(build, echo)
+        if build.root is not None:
+            echo(f"rlbox: build context {build.context}: "
+                 f"{build_context.stage(build.root, build.stage, build.context).line()}")
+        yield build.context
+
+
 def mount_sources(build: BuildPlan, echo) -> None:
     """Every path of the source cache the Dockerfile bind-mounts must exist, or BuildKit stops with
     "not found". Offline: one line naming the first absent one and the command that fetches it.
     Online (the build downloads instead): absent ones are made empty, named in one line."""
-    cache = build.context / SOURCES_DIR
+    cache = (build.root or build.context) / SOURCES_DIR
     absent = [p for p in build.mounts if not (cache / p).exists()]
     if not absent:
         return

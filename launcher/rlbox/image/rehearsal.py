@@ -75,6 +75,7 @@ class RehearsalPlan:
         lines += [f"  check: {recipe} imports from {module}" + (f" + {', '.join(extra)}" if extra else "") + where
                   for recipe, module, extra in self.entries]
         lines.append(f"  build: {self.build.command()}")
+        lines.append(f"  {self.build.describe_context()}")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:

@@ -239,16 +239,32 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def content_mtime(sha: str) -> int:
+    """The mtime (ns since the epoch, 1970-2038) of a source-cache file whose sha256 is ``sha``: made from
+    its content, so that checkouts which downloaded the same file apart give BuildKit, which diffs a build
+    context by stat (rlbox.image.context), the same stat, and a changed file a new one."""
+    return (int(sha[:8], 16) % (1 << 31)) * 1_000_000_000 + int(sha[8:16], 16) % 1_000_000_000
+
+
+def stamp(path: Path, sha: str) -> Path:
+    """``path`` (whose sha256 is ``sha``) with its content's mtime."""
+    when = content_mtime(sha)
+    if path.stat().st_mtime_ns != when:
+        os.utime(path, ns=(when, when))
+    return path
+
+
 def download(url: str, want: str, target: Path, *, ca_bundle: Path | None = None) -> Path:
     """``url`` into ``target``, kept only if its sha256 is ``want`` (64 hex digits: there is no
-    download without a hash to check); a present good file is kept."""
+    download without a hash to check); a present good file is kept. Either way the file gets
+    its content's mtime (``content_mtime``)."""
     import requests
 
     if not isinstance(want, str) or not HEX64.fullmatch(want):
         raise RlboxError(f"fetch-sources: {target.name}: sha256 {str(want)[:70]!r} is not 64 hex digits; "
                          "nothing is downloaded without a hash to check")
     if target.is_file() and sha256(target) == want:
-        return target
+        return stamp(target, want)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     try:
@@ -265,7 +281,7 @@ def download(url: str, want: str, target: Path, *, ca_bundle: Path | None = None
     if got != want:
         part.unlink()
         raise RlboxError(f"fetch-sources: {target.name}: sha256 {got} is not the locked {want}; the index changed the file")
-    os.replace(part, target)
+    os.replace(stamp(part, want), target)
     return target
 
 
@@ -335,4 +351,7 @@ def _fetch_debs(v: ResolvedVariant, dest: Path, profile: Profile | None, base_im
     argv += [image, "/opt/rlbox/lib/rlbox-system-packages", "apt", "--download-to", "/out", *wanted]
     _run(argv, f"downloading OS packages in a container of {image}")
     (target / DEBS_ASKED).write_text("".join(f"{name}\n" for name in wanted))
+    for path in target.iterdir():  # their content's mtime, as a download's (apt's own would differ per fetch)
+        if path.is_file() and not path.is_symlink():
+            stamp(path, sha256(path))
     return len(list(target.glob("*.deb")))
