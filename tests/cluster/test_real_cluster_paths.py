@@ -4,6 +4,8 @@ limit from the cluster file; workers waiting for the head's raylet, not only its
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -63,13 +65,18 @@ def _listener():
     return sock, sock.getsockname()[1]
 
 
+def _worker(gcs_port: int, raylet_port: int, **env) -> subprocess.Popen:
+    """The node script as a worker of a head on this machine, its `ray start` an echo of its arguments."""
+    return subprocess.Popen(["bash", "-c", NODE_SCRIPT, "rlbox-node", "worker", "127.0.0.1", str(gcs_port),
+                             "echo", "ray-started", f"--node-manager-port={raylet_port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env))
+
+
 def test_a_worker_starts_ray_only_once_the_head_s_gcs_and_raylet_both_listen():
     gcs, gcs_port = _listener()
     raylet, raylet_port = _listener()
     gcs.listen()
-    proc = subprocess.Popen(["bash", "-c", NODE_SCRIPT, "rlbox-node", "worker", "127.0.0.1", str(gcs_port),
-                             "echo", "ray-started", f"--node-manager-port={raylet_port}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _worker(gcs_port, raylet_port)
     try:
         time.sleep(1.5)
         assert proc.poll() is None  # the GCS listens, the head's raylet does not yet: still waiting
@@ -85,17 +92,11 @@ def test_a_worker_starts_ray_only_once_the_head_s_gcs_and_raylet_both_listen():
 
 
 def test_a_gated_worker_starts_ray_on_the_launcher_s_go_not_before_and_not_on_a_clock():
-    import os
-    import signal
-
     gcs, gcs_port = _listener()
     raylet, raylet_port = _listener()
     gcs.listen()
     raylet.listen()
-    proc = subprocess.Popen(["bash", "-c", NODE_SCRIPT, "rlbox-node", "worker", "127.0.0.1", str(gcs_port),
-                             "echo", "ray-started", f"--node-manager-port={raylet_port}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, RLBOX_GATED="1"))
+    proc = _worker(gcs_port, raylet_port, RLBOX_GATED="1")
     try:
         deadline = time.monotonic() + 20
         line = proc.stdout.readline()  # "rlbox-node: worker on ..." then the wait's own line
