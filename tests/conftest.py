@@ -29,8 +29,9 @@ LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()
 # - "images": the tests of images and their transport that start no simulated node: builds (the
 #   self-test image), the registry, delivery to hosts of their own (tests/delivery), checks inside the
 #   CPU images, and AISBench (no engine at all, but heavy on the CPU);
-# - "engine": every other test of the local engine: simulated nodes, whose NPU stand-ins and networks
-#   live on this machine's engine, and testbeds of their own on their own subnets.
+# - "engine": every other test of the local engine: simulated nodes (the `sim_image` or `runs` fixture, or
+#   the `simulated` mark), whose NPU stand-ins, networks and ports live on this machine's engine, and
+#   testbeds of their own on their own subnets.
 # Within a group two tests never run side by side (they share the session's images, testbed, and one
 # engine's simulated devices); the groups do, since nothing of one is another's: the pre-flight's
 # stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and the
@@ -48,7 +49,8 @@ def group_of(item) -> str | None:
     if "testbed" in names or item.get_closest_marker("testbed"):
         return TESTBED_GROUP
     engine = "engine" in names or bool(item.get_closest_marker("engine"))
-    if not {"sim_image", "runs"} & names and (IMAGE_FIXTURES & names or item.get_closest_marker("aisbench")
+    simulated = {"sim_image", "runs"} & names or item.get_closest_marker("simulated")
+    if not simulated and (IMAGE_FIXTURES & names or item.get_closest_marker("aisbench")
                                                or (engine and path.startswith(IMAGE_FOLDERS))):
         return IMAGES_GROUP
     return ENGINE_GROUP if engine else None

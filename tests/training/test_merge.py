@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO, rlbox
 from support.engine import MANAGED, names
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.simulated]  # its `trained` fixture runs `rlbox run --sim`
 FIXTURES = REPO / "tests" / "fixtures" / "workflow"
 
 
