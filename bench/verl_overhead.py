@@ -79,7 +79,9 @@ class Sim:
 
     def hand_network(self, rep: int) -> list[str]:
         net = f"vl-bench-hand-{rep}"
-        docker("network", "create", net)
+        # its own subnet: an engine's next automatic pool can be 172.30.0.0/16, where rlbox's side, started at
+        # the same time in --quick, takes its simulation network's /24 (sim.create_network)
+        docker("network", "create", "--subnet", f"10.236.{rep % 250}.0/24", net)
         return ["--network", net]  # a container's name resolves to its address there: gloo finds its peers
 
     def hand_ray(self, head: str) -> tuple[list[str], list[str]]:

@@ -105,8 +105,10 @@ def test_two_runs_racing_for_the_same_npus_exactly_one_starts(runs):
     code, err = results[lost[0]]
     last = err.strip().splitlines()[-1]
     assert code == 2 and last.startswith("rlbox: error: ") and "Traceback" not in err
-    # refused by the claim (is held by run) or, when the winner was already up, by the doctor
-    assert f"held by run '{won[0]}'" in last or f"held by rlbox-{won[0]}-node0" in last, last
+    # refused by the claim (is held by run) or, when the winner was already up, by the doctor, whose last
+    # line names its first failed check (the winner's ports, when they are up first) and whose lines before
+    # it name each one: the NPUs held by the winner's node among them
+    assert f"held by run '{won[0]}'" in last or f"held by rlbox-{won[0]}-node0" in err, err
     assert _claims(lost[0]) == [] and docker.from_env().containers.list(all=True, filters={"label": f"io.rlbox.run={lost[0]}"}) == []
     assert rlbox("stop", "--name", won[0], "--runs-dir", runs).returncode == 0
 
