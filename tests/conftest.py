@@ -6,8 +6,6 @@ they share live in tests/support/ (imported as ``support``)."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 import subprocess
@@ -47,17 +45,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 
 
-@contextlib.contextmanager
 def built_once(what: str):
     """Held while a session fixture looks for, and if missing builds, what it names: two workers
     starting on a fresh machine build it once, the second finding the first's image."""
-    LOCKS.mkdir(parents=True, exist_ok=True)
-    with open(LOCKS / f"{what}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    from rlbox.core.once import locked
+
+    return locked(LOCKS / f"{what}.lock")
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ limit from the cluster file; workers waiting for the head's raylet, not only its
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -72,32 +73,36 @@ def _worker(gcs_port: int, raylet_port: int, **env) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env))
 
 
-def test_a_worker_starts_ray_only_once_the_head_s_gcs_and_raylet_both_listen():
+@contextlib.contextmanager
+def _head_and_worker(**env):
+    """A head's GCS and raylet sockets (bound; the GCS listening) and the node script as its worker,
+    all ended after the block."""
     gcs, gcs_port = _listener()
     raylet, raylet_port = _listener()
     gcs.listen()
-    proc = _worker(gcs_port, raylet_port)
+    proc = _worker(gcs_port, raylet_port, **env)
     try:
-        time.sleep(1.5)
-        assert proc.poll() is None  # the GCS listens, the head's raylet does not yet: still waiting
-        raylet.listen()
-        out, err = proc.communicate(timeout=20)
+        yield proc, raylet, gcs_port, raylet_port
     finally:
         proc.kill()
         gcs.close()
         raylet.close()
+
+
+def test_a_worker_starts_ray_only_once_the_head_s_gcs_and_raylet_both_listen():
+    with _head_and_worker() as (proc, raylet, gcs_port, raylet_port):
+        time.sleep(1.5)
+        assert proc.poll() is None  # the GCS listens, the head's raylet does not yet: still waiting
+        raylet.listen()
+        out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert out.splitlines()[-1].startswith(f"ray-started --node-manager-port={raylet_port} --node-ip-address=127.0.0.1 "
                           f"--address=127.0.0.1:{gcs_port}")
 
 
 def test_a_gated_worker_starts_ray_on_the_launcher_s_go_not_before_and_not_on_a_clock():
-    gcs, gcs_port = _listener()
-    raylet, raylet_port = _listener()
-    gcs.listen()
-    raylet.listen()
-    proc = _worker(gcs_port, raylet_port, RLBOX_GATED="1")
-    try:
+    with _head_and_worker(RLBOX_GATED="1") as (proc, raylet, _, _):
+        raylet.listen()
         deadline = time.monotonic() + 20
         line = proc.stdout.readline()  # "rlbox-node: worker on ..." then the wait's own line
         while "waiting for the launcher's go" not in line and time.monotonic() < deadline:
@@ -107,9 +112,5 @@ def test_a_gated_worker_starts_ray_on_the_launcher_s_go_not_before_and_not_on_a_
         assert proc.poll() is None  # both head ports answer, yet no go: still waiting, whatever the clock
         proc.send_signal(signal.SIGUSR1)
         out, err = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
-        gcs.close()
-        raylet.close()
     assert proc.returncode == 0, err
     assert out.splitlines()[-1].startswith("ray-started --node-manager-port=")

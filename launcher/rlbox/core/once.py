@@ -26,11 +26,16 @@ def is_made(dest: Path, stamp: str) -> bool:
 
 
 @contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path`` (made if missing) for the duration of the block."""
+def locked(path: Path, waiting: Callable[[], None] | None = None) -> Iterator[None]:
+    """An exclusive lock on ``path`` (made if missing) for the duration of the block; ``waiting`` is
+    called first when another process holds it (a notice: this one waits for it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if waiting else 0))
+        except BlockingIOError:
+            waiting()
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:

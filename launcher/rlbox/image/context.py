@@ -23,16 +23,14 @@ A source-cache file fetched by ``rlbox fetch-sources`` has an mtime made from it
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import os
 import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from rlbox.core import names, paths
+from rlbox.core import names, once, paths
 from rlbox.core.errors import RlboxError
 from rlbox.image import sources
 from rlbox.image.matrix import ResolvedVariant
@@ -174,19 +172,11 @@ def stage(root: Path, rels, dest: Path) -> Staged:
     return Staged(removed=removed, **counts)
 
 
-@contextlib.contextmanager
 def held(dest: Path, echo=None):
-    """The lock of ``dest`` (``DEST.lock`` beside it) for as long as the block runs: one build of a
-    release and platform at a time stages and reads it; another waits, told why."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with open(dest.with_name(dest.name + ".lock"), "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if echo is not None:
-                echo(f"rlbox: another build is using the build context {dest}: waiting for it")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield dest
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    """The lock of ``dest`` (``DEST.lock`` beside it, rlbox.core.once.locked) for as long as the block
+    runs: one build of a release and platform at a time stages and reads it; another waits, told why."""
+    def waiting() -> None:
+        if echo is not None:
+            echo(f"rlbox: another build is using the build context {dest}: waiting for it")
+
+    return once.locked(dest.with_name(dest.name + ".lock"), waiting)
