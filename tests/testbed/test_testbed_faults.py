@@ -93,17 +93,21 @@ def test_down_with_a_tampered_record_touches_nothing_that_is_not_the_testbeds(cl
         subprocess.run(["ip", "link", "delete", decoy_link], capture_output=True)
 
 
-def test_down_after_up_was_killed_finds_the_hosts_the_record_does_not_name(clean):
-    up = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "testbed", "up", "--hosts", "1", "--hardware", "a2",
-                           "--name", NAME, "--subnet", SUBNET, "--root", ROOT], cwd=REPO,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def test_down_after_up_was_killed_finds_the_hosts_the_record_does_not_name(clean, tmp_path):
+    said = tmp_path / "up.err"
+    with open(said, "wb") as err:
+        up = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "testbed", "up", "--hosts", "1", "--hardware", "a2",
+                               "--name", NAME, "--subnet", SUBNET, "--root", ROOT], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=err)
     ready = Path(ROOT, NAME, "h1", "ready")  # the host's namespaces made, its init running
     deadline = time.monotonic() + 120
     while not ready.exists() and up.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
+    ended = up.poll()
     up.send_signal(signal.SIGKILL)
     up.wait()
-    assert ready.exists(), "up ended before the host's namespaces were made"
+    assert ready.exists(), (f"up ended (exit {ended}) before the host's namespaces were made: {said.read_text()!r}"
+                            if ended is not None else "the host's namespaces were not made in 120 s")
     path = Path(ROOT, NAME, "testbed.json")
     data = json.loads(path.read_text())
     data["hosts"][0] |= {"holder_pid": None, "init_pid": None}  # as a record killed a moment earlier holds

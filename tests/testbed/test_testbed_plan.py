@@ -113,3 +113,24 @@ def test_root_and_iproute2_are_checked_first_in_one_line(monkeypatch):
     monkeypatch.setattr(execute.shutil, "which", lambda tool: None if tool == "ip" else f"/usr/bin/{tool}")
     with pytest.raises(RlboxError, match=r"^rlbox testbed needs iproute2 \(`ip`\): apt-get install -y iproute2$"):
         execute.requirements()
+
+
+def test_a_hosts_daemon_is_waited_for_while_it_runs_and_one_that_exited_is_said_with_its_log(tmp_path):
+    """wait_for: no fixed clock for a daemon that runs (a loaded machine starts a dockerd in minutes);
+    one with no process left in the host is said once gone_for has passed, with its log's last line."""
+    import os
+    import time
+
+    from rlbox.testbed import execute
+
+    host = tbplan.plan_testbed(hosts=1, hardware="a2", name="tbw", root=str(tmp_path)).hosts[0]
+    Path(host.dir).mkdir(parents=True)
+    Path(host.dir, "dockerd.log").write_text("starting\nfailed to start daemon: no space left on device\n")
+    calls = iter([False, False, True])
+    execute.wait_for(host, os.getpid(), lambda: next(calls), ("dockerd",), "dockerd", "dockerd.log", gone_for=5)
+    start = time.monotonic()
+    with pytest.raises(RlboxError) as err:  # os.getpid() is no host's init: no dockerd runs "in" it
+        execute.wait_for(host, os.getpid(), lambda: False, ("dockerd",), "dockerd", "dockerd.log", gone_for=0.3)
+    assert time.monotonic() - start < 5
+    assert str(err.value) == (f"{host.address}: dockerd exited before it answered (failed to start daemon: no space "
+                              f"left on device; see {host.dir}/dockerd.log)")

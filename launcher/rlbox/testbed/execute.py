@@ -158,12 +158,13 @@ def up(plan: TestbedPlan, echo: Echo, *, load_image: Callable[[TestbedState, Ech
         pids = {h.index: (holders[h.index].pid, _init_pid(h, holders[h.index])) for h in plan.hosts}
         state = state_of(plan, "starting", pids)
         state.save()
-        _, errors = _parallel(lambda h: _start_services(h, pids[h.index][1]), plan.hosts)
-        if errors:
-            raise errors[0]
-        _, errors = _parallel(lambda h: prove_login(plan, h), plan.hosts)
-        if errors:
-            raise errors[0]
+        # every host's dockerd and sshd started, root's login proven (a key sshd refuses is said at once),
+        # then each engine waited for: a slow dockerd (a loaded machine) is waited for while it runs
+        for step in (lambda h: _start_services(h, pids[h.index][1]), lambda h: prove_login(plan, h),
+                     lambda h: wait_engine(h, pids[h.index][1])):
+            _, errors = _parallel(step, plan.hosts)
+            if errors:
+                raise errors[0]
         if plan.slurm:
             slurm_up.start(slurm.plan_slurm(plan, cpus=os.cpu_count() or 1), {i: p[1] for i, p in pids.items()}, echo)
         Path(plan.cluster_file).write_text(plan.cluster_yaml())
@@ -225,8 +226,9 @@ def prove_login(plan: TestbedPlan, h: HostPlan, tries: int = 3) -> None:
                      + (f"; sshd: {refused[-1].strip()[:200]}" if refused else "") + ")")
 
 
-def _init_pid(h: HostPlan, holder: subprocess.Popen, timeout: float = 30) -> int:
-    """Wait for a host's init to have set the host up; its PID in this machine's numbering."""
+def _init_pid(h: HostPlan, holder: subprocess.Popen, timeout: float = 300) -> int:
+    """Wait for a host's init to have set the host up; its PID in this machine's numbering. Waited for
+    while its holder runs (it says a failure by exiting, at once); ``timeout`` only bounds a hung one."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if holder.poll() is not None:
@@ -241,32 +243,68 @@ def _init_pid(h: HostPlan, holder: subprocess.Popen, timeout: float = 30) -> int
 
 
 def _start_services(h: HostPlan, init_pid: int) -> None:
-    start_engine(h, init_pid)
+    """Start a host's dockerd and sshd (the engine is waited for by wait_engine)."""
+    launch_engine(h, init_pid)
     start_sshd(h, init_pid)
 
 
-def start_engine(h: HostPlan | HostState, init_pid: int, timeout: float = 60) -> None:
+def start_engine(h: HostPlan | HostState, init_pid: int) -> None:
     """Start a host's dockerd inside it and wait until it answers on its socket."""
+    launch_engine(h, init_pid)
+    wait_engine(h, init_pid)
+
+
+def launch_engine(h: HostPlan | HostState, init_pid: int) -> None:
     argv = (h if isinstance(h, HostPlan) else _host_plan(h)).dockerd_argv(_proven_init(h, init_pid))
     with open(Path(h.dir) / "dockerd.log", "ab") as log:
         _run_logged(argv, log, f"{h.address}: dockerd")
+
+
+def wait_engine(h: HostPlan | HostState, init_pid: int) -> None:
+    """Wait until a host's dockerd answers on its socket (see wait_for)."""
+    wait_for(h, init_pid, lambda: engine_answers(h.socket), ("dockerd",), "dockerd", "dockerd.log")
+
+
+def wait_for(h: HostPlan | HostState, init_pid: int, answers: Callable[[], bool], names: tuple[str, ...], what: str,
+             log: str, timeout: float = 300, gone_for: float = 5) -> None:
+    """Wait until a host's daemon answers, for as long as it runs: on a loaded machine a dockerd's start
+    takes minutes. One that has not been running for ``gone_for`` s (it exited) is said then, with its
+    log's last line; ``timeout`` only bounds a daemon that runs and never answers."""
+    init = _proven_init(h, init_pid)
     deadline = time.monotonic() + timeout
-    while not engine_answers(h.socket):
-        if time.monotonic() > deadline:
-            tail = Path(h.dir, "dockerd.log").read_text(errors="replace").strip().splitlines()
-            raise RlboxError(f"{h.address}: dockerd did not answer in {timeout:.0f} s ({tail[-1] if tail else 'no log'})")
+    seen = time.monotonic()
+    while not answers():
+        now = time.monotonic()
+        if host_runs(init, (*names, "setsid", "nsenter")):
+            seen = now
+        if now > deadline or now - seen > gone_for:
+            tail = Path(h.dir, log).read_text(errors="replace").strip().splitlines() if Path(h.dir, log).exists() else []
+            why = f"did not answer in {timeout:.0f} s" if now > deadline else "exited before it answered"
+            raise RlboxError(f"{h.address}: {what} {why} ({tail[-1] if tail else 'no log'}; see {h.dir}/{log})")
         time.sleep(0.1)
 
 
-def start_sshd(h: HostPlan | HostState, init_pid: int, timeout: float = 20) -> None:
+def host_runs(init_pid: int, names: tuple[str, ...]) -> bool:
+    """A live process of one of these names runs in the host of ``init_pid``."""
+    return any(name in names and state != "Z" for _, name, state, _ in _host_procs(init_pid))
+
+
+def _host_procs(init_pid: int | None):
+    """(pid, name, state, ppid) of each process in the host of ``init_pid``."""
+    for pid in in_host(init_pid):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        rest = stat.rsplit(")", 1)[1].split()
+        yield pid, stat[stat.index("(") + 1:stat.rindex(")")], rest[0], int(rest[1])
+
+
+def start_sshd(h: HostPlan | HostState, init_pid: int) -> None:
     argv = (h if isinstance(h, HostPlan) else _host_plan(h)).sshd_argv(_proven_init(h, init_pid))
     with open(Path(h.dir) / "sshd.out", "ab") as log:
         _run_logged(argv, log, f"{h.address}: sshd")
-    deadline = time.monotonic() + timeout
-    while not port_answers(h.address, 22):
-        if time.monotonic() > deadline:
-            raise RlboxError(f"{h.address}: sshd did not listen on {h.address}:22 in {timeout:.0f} s (see {h.dir}/sshd.log)")
-        time.sleep(0.05)
+    wait_for(h, init_pid, lambda: port_answers(h.address, 22), ("sshd",), f"sshd on {h.address}:22", "sshd.log")
 
 
 def _proven_init(h: HostPlan | HostState, init_pid: int) -> int:
@@ -353,13 +391,7 @@ def load_image_by_save(state: TestbedState, echo: Echo) -> float:
 def host_process(h: HostState, comm: str) -> int | None:
     """The host's daemon of this name (dockerd; sshd's listener, the child of the host's init)."""
     init = host_init(h)
-    for pid in in_host(init):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+    for pid, name, _, ppid in _host_procs(init):
         if name == comm and (comm != "sshd" or ppid == init):
             return pid
     return None
