@@ -18,7 +18,8 @@ would be read as ready at once), and after each that none of its containers is l
 
 rlbox is timed from the start of planning to its "cluster ready" line: counting the hosts' NPUs
 over ssh, the pre-flight checks (`rlbox doctor` on every host, also timed alone) as `rlbox run`
-does them, claims, containers, Ray, readiness. Then, on the ready cluster, the node watch's CPU
+does them, claims, containers, Ray, readiness; with rlbox's own breakdown of those seconds (its
+`bring-up:` line: ssh, image, pre-flight, claims, containers, head, workers, NPUs). Then, on the ready cluster, the node watch's CPU
 per tick (20 forced looks: every engine and Ray's node table), then teardown, timed (each
 baseline's teardown too). Loading the image into the hosts is not counted (it is done once,
 before; `rlbox testbed up` prints its time).
@@ -188,14 +189,18 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
     start = time.perf_counter()
     ready_at: list[float] = []
     spent: list[float] = []
+    phases: list[str] = []
 
     def echo(line: str) -> None:
         if line.startswith("cluster ready"):
             ready_at.append(time.perf_counter())
+        elif line.startswith("bring-up: "):  # rlbox's own breakdown (execute.Cluster.phases)
+            phases.append(line.removeprefix("bring-up: "))
         elif "starting it again" in line:  # a raylet that timed out registering (Ray's 30 s) is counted in
             print(f"{n} host(s): rlbox: {line}", flush=True)
 
     plan, run_dir = launch.prepare(launch.RunRequest(cluster_file=cluster, name=f"{name}{n}", runs_dir=runs))
+    planned = time.perf_counter() - start
     checks_of = checks.checks_before_start(plan, replace=True, echo=echo)
 
     def before(nodes):
@@ -228,7 +233,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
     if left:
         raise SystemExit(f"bench: rlbox's containers still on {', '.join(left)} after teardown")
     return {"ready": ready_at[0] - start, "preflight": spent[0] if spent else 0.0, "teardown": teardown,
-            "tick_cpu_ms": tick_cpu * 1000}
+            "tick_cpu_ms": tick_cpu * 1000, "phases": f"plan {planned:.1f} s, " + (phases[0] if phases else "?")}
 
 
 def seed_script(bed: Bed, n: int, image: str) -> tuple[float, float]:
@@ -386,13 +391,14 @@ def main() -> int:
             r = x["ready"]
             print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
                   f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)
+            print(f"{n} host(s): rlbox's phases: {x['phases']}", flush=True)
             # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
             # under load some never do); it is said, its containers removed, and the bench goes on
             a, a_down = (float("nan"), float("nan")) if args.no_seed else baseline(
                 lambda: seed_script(bed, n, image), bed, n, "rlbox-bench-seed", "(a)")
             b, b_down = baseline(lambda: parallel_bare(bed, n, image), bed, n, "rlbox-bench-bare", "(b)")
             results.append({"hosts": n, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
-                            "rlbox_teardown_s": round(x["teardown"], 2), "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
+                            "rlbox_teardown_s": round(x["teardown"], 2), "rlbox_phases": x["phases"], "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
                             "seed_script_s": round(a, 2), "seed_teardown_s": round(a_down, 2),
                             "parallel_bare_s": round(b, 2), "bare_teardown_s": round(b_down, 2),
                             "peak_pss_gb": round(memory.peak.get(n, 0) / 1e9, 2)})

@@ -329,3 +329,13 @@ def test_the_gate_gives_each_go_once_per_start_as_ray_registers_workers():
     assert said == [f"{p.nodes[12].label}: cannot give it its go: No such container: {p.nodes[12].container.name}"]
 
 
+
+def test_the_bring_up_phases_say_each_phase_from_the_end_of_the_one_before():
+    from rlbox.cluster.bringup import Phases
+
+    times = iter([10.0, 10.5, 12.0, 12.25, 20.0, 21.0])
+    phases = Phases(clock=lambda: next(times))
+    for phase in ("ssh", "pre-flight", "containers", "workers", "containers"):  # again: it adds up
+        phases.mark(phase)
+    assert phases.spent == {"ssh": 0.5, "pre-flight": 1.5, "containers": 0.25 + 1.0, "workers": 7.75}
+    assert phases.line() == "bring-up: ssh 0.5 s, pre-flight 1.5 s, containers 1.2 s, workers 7.8 s"

@@ -3,6 +3,7 @@ launcher's go for the workers that wait for it (ray_node.gated), given as Ray's 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -60,3 +61,24 @@ class Gate:
             except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names that
                 self.echo(f"{node_plan.label}: cannot give it its go: {engine.reason(err)}")
         return now
+
+
+@dataclass
+class Phases:
+    """Where a bring-up's seconds went: each phase timed from the end of the one before it (a phase
+    that comes again, as after a restart, adds up); said as one line once the cluster is ready."""
+
+    clock: Callable[[], float] = time.monotonic
+    spent: dict[str, float] = field(default_factory=dict)
+    last: float | None = None
+
+    def __post_init__(self) -> None:
+        self.last = self.clock()
+
+    def mark(self, phase: str) -> None:
+        now = self.clock()
+        self.spent[phase] = self.spent.get(phase, 0.0) + now - self.last
+        self.last = now
+
+    def line(self) -> str:
+        return "bring-up: " + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.spent.items())

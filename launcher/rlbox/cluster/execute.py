@@ -36,6 +36,7 @@ class Cluster:
     addresses: dict[int, str] = field(default_factory=dict)  # node index -> address, once started
     reported: set[int] = field(default_factory=set)  # nodes whose address is the one they reported
     gate: bringup.Gate | None = None  # the gated workers' go, while Ray's node table is watched
+    phases: bringup.Phases = field(default_factory=bringup.Phases)  # where the bring-up's seconds went
     _torn_down: bool = field(default=False, repr=False)
 
     # -- bring-up -------------------------------------------------------------------------
@@ -150,8 +151,14 @@ class Cluster:
         def progress(nodes_up: int, npus: int, total: int) -> None:
             self.echo(f"ray: {nodes_up}/{len(self.plan.nodes)} nodes, {npus}/{total} NPUs")
             gate.give(registered=nodes_up - 1)
+            for phase, done in (("head", nodes_up >= 1), ("workers", nodes_up >= len(self.plan.nodes))):
+                if done and phase not in marked:
+                    marked.add(phase)
+                    self.phases.mark(phase)
 
+        marked: set[str] = set()
         ray.wait_for_npus(self.dashboard, expected, self.plan.total_npus, timeout, progress, lost_node)
+        self.phases.mark("NPUs")
         self.learn_addresses()
 
     def start_again(self, index: int, attempt: int) -> watch.Box:
@@ -285,8 +292,10 @@ def execute(
     run = _Run(plan, RunState(plan.as_dict(), Phase.STARTING), state_file, echo)
     log_path = run_dir / f"{plan.run_id}.log"
     started = time.monotonic()
+    phases = bringup.Phases()
     nodes = connect_all(tuple(n.host for n in plan.nodes))
-    cluster = Cluster(plan, nodes, echo)
+    cluster = Cluster(plan, nodes, echo, phases=phases)
+    phases.mark("ssh")
     cleanup = False  # nothing of ours exists until preflight has passed
     client = submission = ending = None  # ending: what ended the run; a failed teardown never hides it
     try:
@@ -299,10 +308,12 @@ def execute(
                     deliver(plan.image, tuple(n.host for n in plan.nodes), echo,
                             missing_hint=plan.missing_image_hint(), tty=tty)
                 cluster.preflight(replace)  # refuses a live run of this name before anything else starts
+                phases.mark("image")
                 if plan.sim_files:
                     sim.write_hosts(plan)
                 if before is not None:  # checks that need the engines but must pass before anything starts
                     before(nodes)
+                phases.mark("pre-flight")
                 sharing.claim_name(plan, nodes, replace)  # of two starts of one name at once, one goes on
                 try:
                     cluster.clear()  # only now: a failed check leaves a --replace'd run alone
@@ -313,11 +324,13 @@ def execute(
                 cleanup = True
                 run.save()
                 driver.mark(run_dir)  # a kill -9 of this process is told by `rlbox status` from it
+                phases.mark("claims")
                 job, attempt = plan.job, 0
                 while True:
                     try:
                         cluster.start()
                         sharing.end_start(plan, nodes)  # held until the containers exist: a --replace after it sees them
+                        phases.mark("containers")
                         cluster.connect_dashboard()
                         cluster.wait_ready(timeout)
                     except watch.NodeLost as lost:  # a node lost while Ray comes up (the head too) is a loss
@@ -325,6 +338,7 @@ def execute(
                     else:
                         ready = time.monotonic() - started
                         echo(f"cluster ready: {len(plan.nodes)} nodes, {plan.total_npus} NPUs in {ready:.1f} s")
+                        echo(phases.line())
                         run.advance(Phase.READY, ready_seconds=round(ready, 2), log=str(log_path),
                                     addresses={str(k): v for k, v in sorted(cluster.addresses.items())})
                         if bring_up_only or job is None:
