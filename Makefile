@@ -44,10 +44,10 @@ help:
 setup:
 	bash .ci/provision
 
-# Four pytest-xdist workers: the tests on the session's testbed run in order on one, the image tests (builds,
-# registry, delivery, AISBench) in order on another, the other engine tests (simulated nodes) in order on a
-# third, the rest (no engine) on the fourth meanwhile (tests/conftest.py). TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 4
+# Three pytest-xdist workers: the tests on the session's testbed run in order on one, the other engine and
+# AISBench tests in order on another, the rest (no engine) on the third meanwhile (tests/conftest.py).
+# TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 3
 test: setup
 	$(PYTHON) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 

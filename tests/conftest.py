@@ -20,46 +20,29 @@ from support import selftest  # noqa: E402
 REPO = selftest.REPO
 LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()}"
 
-# Under pytest-xdist (`make test` runs `-n 4 --dist loadgroup`), the tests that touch an engine run in
-# three groups, each on one worker, one test after another and in the order collected, as in a plain run:
+# Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), the tests that touch the engine run in
+# two groups, each on one worker, one test after another and in the order collected, as in a plain run:
 # - "testbed": every test on the session's testbed (the `testbed` fixture, or the `testbed` mark for a
 #   test that asks for it at run time): its hosts have their own engines, addresses and PID namespaces;
-# - "images": the tests of images and their transport that start no simulated node: builds (the
-#   self-test image), the registry, delivery to hosts of their own (tests/delivery), checks inside the
-#   CPU images, and AISBench (no engine at all, but heavy on the CPU);
-# - "engine": every other test of the local engine: simulated nodes (the `sim_image` or `runs` fixture, or
-#   the `simulated` mark), whose NPU stand-ins, networks and ports live on this machine's engine, and
-#   testbeds of their own on their own subnets.
-# Within a group two tests never run side by side (they share the session's images, testbed, and one
-# engine's simulated devices); the groups do, since nothing of one is another's: the pre-flight's
-# stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and the
-# fixtures that build images hold a lock (`built_once`). The fourth worker runs the ~1700 tests that need
-# none of it (pure judgements and files) meanwhile. xdist gives the largest groups out first, one to a
-# worker.
-ENGINE_GROUP, IMAGES_GROUP, TESTBED_GROUP = "engine", "images", "testbed"
-IMAGE_FIXTURES = {"selftest_image", "fixture_git", "cpu_release_image", "vllm_cpu_image", "ais_bench"}
-IMAGE_FOLDERS = ("tests/delivery/", "tests/registry/", "tests/image/")
-
-
-def group_of(item) -> str | None:
-    names = set(getattr(item, "fixturenames", ()))
-    path = item.nodeid.split("::")[0]
-    if "testbed" in names or item.get_closest_marker("testbed"):
-        return TESTBED_GROUP
-    engine = "engine" in names or bool(item.get_closest_marker("engine"))
-    simulated = {"sim_image", "runs"} & names or item.get_closest_marker("simulated")
-    if not simulated and (IMAGE_FIXTURES & names or item.get_closest_marker("aisbench")
-                                               or (engine and path.startswith(IMAGE_FOLDERS))):
-        return IMAGES_GROUP
-    return ENGINE_GROUP if engine else None
+# - "engine": every other test of the local engine or AISBench (images, simulated nodes, their own
+#   testbeds on their own subnets).
+# Within a group two tests never run side by side (they share the session's images and testbed, and one
+# engine's simulated devices); the two groups do, since nothing of one is the other's: the pre-flight's
+# stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and the fixtures
+# that build images hold a lock (`built_once`). The third worker runs the ~1700 tests that need none of it
+# (pure judgements and files) meanwhile. xdist gives the largest groups out first, one to a worker.
+ENGINE_GROUP, TESTBED_GROUP = "engine", "testbed"
+SERIAL_FIXTURES = {"engine", "ais_bench"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group into each test's id
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        group = group_of(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+        names = set(getattr(item, "fixturenames", ()))
+        if "testbed" in names or item.get_closest_marker("testbed"):
+            item.add_marker(pytest.mark.xdist_group(TESTBED_GROUP))
+        elif SERIAL_FIXTURES & names or item.get_closest_marker("engine") or item.get_closest_marker("aisbench"):
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 
 
 def built_once(what: str):
