@@ -194,11 +194,19 @@ def test_run_delivers_and_refuses_a_different_image(hosts, cluster, images):
     report = deliver.ensure(image, spec.hosts, lines.append, missing_hint="build it")
     assert report is not None and [h.image_id(image) for h in hosts] == [images["one"]] * 3
     assert deliver.ensure(image, spec.hosts, lines.append, missing_hint="build it") is None  # nothing to do
+    # what rlbox run's open connections said each node holds: this machine's image everywhere, nothing asked
+    assert deliver.ensure(image, spec.hosts, lines.append, missing_hint="build it", held=(images["one"],) * 3) is None
     subprocess.run(["docker", "tag", f"{TAG}-two:1", f"{TAG}-mm:1"], check=True)
     preload(hosts[2], f"{TAG}-mm:1")
     subprocess.run(["docker", "tag", f"{TAG}-one:1", f"{TAG}-mm:1"], check=True)
     with pytest.raises(RlboxError, match=f"{hosts[2].address} has {images['two'][7:19]}"):
         deliver.ensure(f"{TAG}-mm:1", spec.hosts, lines.append, missing_hint="build it")
+    # the nodes agreeing is not enough: this machine holds another image under the name, so they are asked
+    # (two of them lack it: it is delivered)
+    subprocess.run(["docker", "tag", f"{TAG}-two:1", f"{TAG}-mm:1"], check=True)
+    assert deliver.ensure(f"{TAG}-mm:1", spec.hosts, lines.append, missing_hint="build it",
+                          held=(images["one"],) * 3) is not None
+    assert [h.image_id(f"{TAG}-mm:1") for h in hosts] == [images["two"]] * 3
     with pytest.raises(RlboxError, match=f"{hosts[0].address}: image {TAG}-nothing:1 is not present; build it"):
         deliver.ensure(f"{TAG}-nothing:1", spec.hosts, lines.append, missing_hint="build it")
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlbox.cluster.hosts import Node
+from rlbox.cluster.hosts import Node, on_every
 from rlbox.cluster.plan import NodePlan, gated, released
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -82,3 +82,16 @@ class Phases:
 
     def line(self) -> str:
         return "bring-up: " + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.spent.items())
+
+
+def held_images(image: str, nodes: list[Node]) -> tuple[str | None, ...]:
+    """The image id each node's engine holds under ``image`` (None: not there, or not answered: the
+    delivery step that follows asks again and says why)."""
+
+    def held(node: Node) -> str | None:
+        try:
+            return node.client.images.get(image).id
+        except Exception:  # noqa: BLE001 - ImageNotFound, or the engine: asked again by the delivery step
+            return None
+
+    return tuple(on_every(held, nodes)[0])

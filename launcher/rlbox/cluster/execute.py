@@ -305,8 +305,8 @@ def execute(
                 # under the name is refused (rlbox distribute --force replaces it)
                 # (``deliver``: rlbox.delivery.execute.ensure, given by the caller, a layer above)
                 if deliver is not None:
-                    deliver(plan.image, tuple(n.host for n in plan.nodes), echo,
-                            missing_hint=plan.missing_image_hint(), tty=tty)
+                    deliver(plan.image, tuple(n.host for n in plan.nodes), echo, missing_hint=plan.missing_image_hint(),
+                            tty=tty, held=bringup.held_images(plan.image, nodes))
                 cluster.preflight(replace)  # refuses a live run of this name before anything else starts
                 phases.mark("image")
                 if plan.sim_files:

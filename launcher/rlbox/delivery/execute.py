@@ -40,17 +40,27 @@ from rlbox.registry.reference import Reference
 Echo = Callable[[str], None]
 
 # What the engine holds: the image under the name (id, size, layers) and, asked for, the layers
-# of every image (what `docker load` may skip). Exit 3: no engine.
+# of every image (what `docker load` may skip): $2 is "-" (never), "unless-held" (when the name is
+# absent) or "unless-held:ID" (unless the name is that image), so a node that lacks the image is asked
+# once, not twice (one ssh session a node). Exit 3: no engine; 2: a bad $2.
 GATHER_SCRIPT = r"""set -u
+have=
 if out=$(docker image inspect --format '{{.Id}} {{.Size}} {{json .RootFS.Layers}}' -- "$1" 2>&1); then
     printf 'image %s\n' "$out"
+    have=${out%% *}
 else
     case "$out" in
         *"No such image"*|*"No such object"*) ;;
         *) printf '%s\n' "$out" >&2; exit 3 ;;
     esac
 fi
-if [ "$2" = layers ]; then
+case $2 in
+    -) want= ;;
+    unless-held) if [ -n "$have" ]; then want=; else want=1; fi ;;
+    unless-held:*) if [ "$have" = "${2#unless-held:}" ]; then want=; else want=1; fi ;;
+    *) printf 'rlbox-gather: what to list: %s\n' "$2" >&2; exit 2 ;;
+esac
+if [ -n "$want" ]; then
     ids=$(docker image ls -aq --no-trunc | sort -u)
     [ -z "$ids" ] || docker image inspect --format 'layers {{json .RootFS.Layers}}' $ids
 fi
@@ -99,8 +109,9 @@ def parse_gathered(name: str, text: str) -> NodeFacts:
     return NodeFacts(name, image, frozenset(chains))
 
 
-def gather_one(label: str, host: Host | None, image: str, layers: bool) -> NodeFacts:
-    proc = _run(on_host(host, ["sh", "-c", GATHER_SCRIPT, "rlbox-gather", image, "layers" if layers else "-"]))
+def gather_one(label: str, host: Host | None, image: str, layers: str = "-") -> NodeFacts:
+    """One node's facts in one session; ``layers`` as GATHER_SCRIPT's $2."""
+    proc = _run(on_host(host, ["sh", "-c", GATHER_SCRIPT, "rlbox-gather", image, layers]))
     if proc.returncode != 0:
         where = "this machine" if host is None else label
         raise RlboxError(f"{where}: cannot ask its Docker engine what it holds ({last_line(proc.stderr)})")
@@ -112,12 +123,12 @@ def local_image(image: str) -> ImageFacts | None:
     if shutil.which("docker") is None:
         return None
     try:
-        return gather_one("this machine", None, image, False).image
+        return gather_one("this machine", None, image).image
     except RlboxError:
         return None
 
 
-def gather(image: str, hosts: dict[str, Host], layers: bool) -> tuple[NodeFacts, ...]:
+def gather(image: str, hosts: dict[str, Host], layers: str = "-") -> tuple[NodeFacts, ...]:
     facts, errors = on_every(lambda item: gather_one(item[0], item[1], image, layers), list(hosts.items()))
     if errors:
         raise errors[0]
@@ -138,11 +149,9 @@ def make_plan(image: str, hosts: tuple[Host, ...], *, force: bool = False, via: 
     ref = check_image(image)
     by_label = unique_hosts(hosts)
     local = local_image(image)
-    first = gather(image, by_label, layers=False)
-    lacking = {n.name for n in first if n.image is None or (local is not None and n.image.id != local.id)}
-    if lacking:  # the layers they hold decide what the stream may leave out
-        detailed = {n.name: n for n in gather(image, {k: by_label[k] for k in lacking}, layers=True)}
-        first = tuple(detailed.get(n.name, n) for n in first)
+    # a node lacking the image (or holding another under the name) lists the layers it holds in the same
+    # session: they decide what the stream may leave out
+    first = gather(image, by_label, layers=f"unless-held:{local.id}" if local is not None else "unless-held")
     # a bare `localhost/` names no registry to pull from: it is how images built here are named
     registry = ref.registry if pull and ref.registry not in (None, "localhost") else None
     try:
@@ -225,7 +234,7 @@ def pull_all(plan: DeliveryPlan, hosts: dict[str, Host], progress: Progress) -> 
 
 def verify(plan: DeliveryPlan, hosts: dict[str, Host], names: tuple[str, ...]) -> dict[str, str | None]:
     """Every named node's image id under the name now (None: absent)."""
-    facts = gather(plan.image, {n: hosts[n] for n in names}, layers=False)
+    facts = gather(plan.image, {n: hosts[n] for n in names})
     return {f.name: f.image.id if f.image else None for f in facts}
 
 
@@ -334,7 +343,7 @@ def _aftermath(plan: DeliveryPlan, hosts: dict[str, Host]) -> str:
     that cannot be asked is said so)."""
     def state(name: str):
         try:
-            facts = gather_one(name, hosts[name], plan.image, False)
+            facts = gather_one(name, hosts[name], plan.image)
         except RlboxError as err:
             return err
         return facts.image.id if facts.image else None
@@ -353,9 +362,16 @@ def _aftermath(plan: DeliveryPlan, hosts: dict[str, Host]) -> str:
     return "; ".join(parts)
 
 
-def ensure(image: str, hosts: tuple[Host, ...], echo: Echo, *, missing_hint: str, tty: bool = False) -> Report | None:
+def ensure(image: str, hosts: tuple[Host, ...], echo: Echo, *, missing_hint: str, tty: bool = False,
+           held: tuple[str | None, ...] | None = None) -> Report | None:
     """For `rlbox run`: deliver the image where it is missing; refuse nodes holding another image
-    under the name. None when every node already holds it."""
+    under the name. None when every node already holds it. ``held``: the image id each node's engine
+    gave for the name (None: not there), as `rlbox run` asked over its open connections; when every
+    node holds one image and it is this machine's (or this machine has none), no node is asked again."""
+    if held and all(held) and len(set(held)) == 1:
+        local = local_image(image)
+        if local is None or local.id == held[0]:
+            return None
     try:
         p, by_label = make_plan(image, hosts)
     except RlboxError as err:
