@@ -19,7 +19,8 @@ would be read as ready at once), and after each that none of its containers is l
 rlbox is timed from the start of planning to its "cluster ready" line: counting the hosts' NPUs
 over ssh, the pre-flight checks (`rlbox doctor` on every host, also timed alone) as `rlbox run`
 does them, claims, containers, Ray, readiness; with rlbox's own breakdown of those seconds (its
-`bring-up:` line: ssh, image, pre-flight, claims, containers, head, workers, NPUs). Then, on the ready cluster, the node watch's CPU
+`bring-up:` line: ssh, image, pre-flight, claims, containers, head, workers, NPUs), each with how busy
+this machine's CPUs were in it (/proc/stat: near 100 % is CPU-bound work, less is waiting). Then, on the ready cluster, the node watch's CPU
 per tick (20 forced looks: every engine and Ray's node table), then teardown, timed (each
 baseline's teardown too). Loading the image into the hosts is not counted (it is done once,
 before; `rlbox testbed up` prints its time).
@@ -44,6 +45,7 @@ import time
 from pathlib import Path
 
 
+from rlbox.cluster import bringup as phases_of
 from rlbox.cluster import execute as run
 from rlbox.cluster import launch
 from rlbox.cluster import hosts, ray, watch
@@ -182,6 +184,23 @@ class Memory:
             self.peak[self.label] = max(self.peak.get(self.label, 0), used)
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, all) CPU time of this machine so far, every process and container (/proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(values) - values[3] - values[4], sum(values)
+
+
+def busy_per_phase(marks: list[tuple[str, tuple[int, int]]], start: tuple[int, int]) -> str:
+    """How busy this machine's CPUs were in each of rlbox's phases: CPU-bound work, or waiting."""
+    out, last = {}, start
+    for phase, now in marks:
+        busy, every = now[0] - last[0], now[1] - last[1]
+        before = out.get(phase, (0, 0))
+        out[phase] = (before[0] + busy, before[1] + every)
+        last = now
+    return ", ".join(f"{phase} {100 * b / a:.0f} %" for phase, (b, a) in out.items() if a)
+
+
 def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
     """rlbox's bring-up to its "cluster ready" line (pre-flight within it, also timed alone), then the
     node watch's CPU per tick over the ready cluster (this process's CPU time, all its threads, for
@@ -190,6 +209,12 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
     ready_at: list[float] = []
     spent: list[float] = []
     phases: list[str] = []
+    marks: list[tuple[str, tuple[int, int]]] = []
+    mark = phases_of.Phases.mark
+
+    def marking(self, phase: str) -> None:  # rlbox's own phase marks, with the machine's CPU time at each
+        mark(self, phase)
+        marks.append((phase, cpu_jiffies()))
 
     def echo(line: str) -> None:
         if line.startswith("cluster ready"):
@@ -201,6 +226,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
 
     plan, run_dir = launch.prepare(launch.RunRequest(cluster_file=cluster, name=f"{name}{n}", runs_dir=runs))
     planned = time.perf_counter() - start
+    phases_of.Phases.mark, cpu_start = marking, cpu_jiffies()
     checks_of = checks.checks_before_start(plan, replace=True, echo=echo)
 
     def before(nodes):
@@ -210,6 +236,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
 
     run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True, bring_up_only=True,
                 keep=True, before=before, deliver=deliver.ensure)
+    phases_of.Phases.mark = mark
     state = run_state.load(runs, plan.run)
     nodes = hosts.connect_all(tuple(p.host for p in plan.nodes))
     try:
@@ -233,7 +260,8 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
     if left:
         raise SystemExit(f"bench: rlbox's containers still on {', '.join(left)} after teardown")
     return {"ready": ready_at[0] - start, "preflight": spent[0] if spent else 0.0, "teardown": teardown,
-            "tick_cpu_ms": tick_cpu * 1000, "phases": f"plan {planned:.1f} s, " + (phases[0] if phases else "?")}
+            "tick_cpu_ms": tick_cpu * 1000, "phases": f"plan {planned:.1f} s, " + (phases[0] if phases else "?"),
+            "busy": busy_per_phase(marks[:len(phases[0].split(", ")) if phases else None], cpu_start)}
 
 
 def seed_script(bed: Bed, n: int, image: str) -> tuple[float, float]:
@@ -392,6 +420,7 @@ def main() -> int:
             print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
                   f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)
             print(f"{n} host(s): rlbox's phases: {x['phases']}", flush=True)
+            print(f"{n} host(s): this machine's CPUs busy in them: {x['busy']}", flush=True)
             # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
             # under load some never do); it is said, its containers removed, and the bench goes on
             a, a_down = (float("nan"), float("nan")) if args.no_seed else baseline(
