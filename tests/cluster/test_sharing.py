@@ -158,11 +158,14 @@ def test_a_claim_whose_answer_never_came_is_not_left_behind(sim_image):
 
     class LostAnswer:  # the real engine's create, then the answer lost on the way back
         def __init__(self):
-            self.containers = self
+            self.containers = self.api = self
 
-        def create(self, *args, **kwargs):
-            real.containers.create(*args, **kwargs)
+        def create_container(self, *args, **kwargs):
+            real.api.create_container(*args, **kwargs)
             raise requests.exceptions.ReadTimeout("engine read timed out (60 s)")
+
+        def create_host_config(self, **kwargs):
+            return real.api.create_host_config(**kwargs)
 
         def get(self, name):
             return real.containers.get(name)

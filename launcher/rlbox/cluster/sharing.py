@@ -202,9 +202,10 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
             client = nodes[index].client
             labels = {engine.LABEL_MANAGED: "true", LABEL_CLAIM: plan.run, LABEL_CLAIM_ID: plan.run_id,
                       LABEL_CLAIM_WHAT: what}
-            try:
-                taken.append(client.containers.create(plan.image, ["true"], name=name, labels=labels,
-                                                      network_mode="none", detach=True))
+            try:  # the low-level create: one call to the engine (the high-level one reads the container back)
+                made = client.api.create_container(plan.image, ["true"], name=name, labels=labels,
+                                                   host_config=client.api.create_host_config(network_mode="none"))
+                taken.append((client, made["Id"]))
             except APIError as err:
                 if err.status_code != 409:
                     raise RlboxError(f"{nodes[index].host.name}: cannot claim {what}: {engine.reason(err)}") from None
@@ -224,8 +225,11 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
                                  f"choose other NPUs (--devices) or hosts, or wait for it (`rlbox stop --name {run}` "
                                  "ends it)") from None
     except BaseException:
-        for box in taken:
-            engine.remove_quietly(box)
+        for client, made in taken:
+            try:
+                client.api.remove_container(made, force=True)
+            except Exception:  # noqa: BLE001 - already gone, or its engine is: nothing left to do here
+                pass
         _remove_unanswered(plan, nodes, which, len(taken))
         raise
     return len(taken)
