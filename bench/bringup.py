@@ -234,9 +234,11 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
         checks_of(nodes)
         spent.append(time.perf_counter() - t)
 
-    run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True, bring_up_only=True,
-                keep=True, before=before, deliver=deliver.ensure)
-    phases_of.Phases.mark = mark
+    try:
+        run.execute(plan, run_dir=run_dir, echo=echo, emit=lambda t: None, timeout=300, replace=True,
+                    bring_up_only=True, keep=True, before=before, deliver=deliver.ensure)
+    finally:
+        phases_of.Phases.mark = mark
     state = run_state.load(runs, plan.run)
     nodes = hosts.connect_all(tuple(p.host for p in plan.nodes))
     try:
@@ -261,7 +263,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
         raise SystemExit(f"bench: rlbox's containers still on {', '.join(left)} after teardown")
     return {"ready": ready_at[0] - start, "preflight": spent[0] if spent else 0.0, "teardown": teardown,
             "tick_cpu_ms": tick_cpu * 1000, "phases": f"plan {planned:.1f} s, " + (phases[0] if phases else "?"),
-            "busy": busy_per_phase(marks[:len(phases[0].split(", ")) if phases else None], cpu_start)}
+            "busy": busy_per_phase(marks, cpu_start)}  # execute's marks only: Phases.mark restored after it
 
 
 def seed_script(bed: Bed, n: int, image: str) -> tuple[float, float]:

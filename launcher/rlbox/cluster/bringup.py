@@ -70,7 +70,7 @@ class Phases:
 
     clock: Callable[[], float] = time.monotonic
     spent: dict[str, float] = field(default_factory=dict)
-    last: float | None = None
+    last: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.last = self.clock()

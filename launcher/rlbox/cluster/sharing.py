@@ -226,10 +226,7 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
                                  "ends it)") from None
     except BaseException:
         for client, made in taken:
-            try:
-                client.api.remove_container(made, force=True)
-            except Exception:  # noqa: BLE001 - already gone, or its engine is: nothing left to do here
-                pass
+            engine.remove_id_quietly(client, made)
         _remove_unanswered(plan, nodes, which, len(taken))
         raise
     return len(taken)
@@ -254,17 +251,11 @@ def release(client, run: str, keep_id: str | None = None) -> None:
     # high-level one reads each container again (one removed in between would fail it)
     for box in client.api.containers(all=True, filters={"label": f"{LABEL_CLAIM}={run}"}):
         if keep_id is None or (box.get("Labels") or {}).get(LABEL_CLAIM_ID) != keep_id:
-            try:
-                client.api.remove_container(box["Id"], force=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+            engine.remove_id_quietly(client, box["Id"])
 
 
 def release_own(client, run: str, run_id: str) -> None:
     """Remove the claims run id ``run_id`` of run ``run`` holds on one engine, and nothing else."""
     for box in client.api.containers(all=True, filters={"label": f"{LABEL_CLAIM_ID}={run_id}"}):
         if (box.get("Labels") or {}).get(LABEL_CLAIM) == run:
-            try:
-                client.api.remove_container(box["Id"], force=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+            engine.remove_id_quietly(client, box["Id"])

@@ -78,6 +78,14 @@ def remove_quietly(box) -> None:
         pass
 
 
+def remove_id_quietly(client, container_id: str) -> None:
+    """remove_quietly for a container known by its id (the low-level API's lists and creates)."""
+    try:
+        client.api.remove_container(container_id, force=True)
+    except Exception:  # noqa: BLE001 - already gone, or its engine is: nothing left to do here
+        pass
+
+
 def remove_stale(client, name: str) -> None:
     """A container of this name left by an earlier, killed rlbox (only ours: by label)."""
     from docker.errors import NotFound
