@@ -121,10 +121,10 @@ def test_same_name_started_twice_at_once_is_refused_plainly(runs):
     assert sorted(code for code, _ in results) == [0, 2], [r[1][-800:] for r in results]
     err = next(e for code, e in results if code)
     # which line the loser says depends on how far the winner got: its name claim, its live containers, or (the
-    # loser's pre-flight after the winner's containers started) the winner's dashboard port, with the same advice
+    # loser's pre-flight after the winner's containers were made) the doctor naming the winner's node on its NPUs
     assert "subnet" not in err and ("run name 't13-twin' is held by run 't13-twin'" in err or "is already live" in err
                                     or "another `rlbox run --name t13-twin` (run id " in err
-                                    or ("ports: taken: 20001 (dashboard)" in err and "use another --name" in err)), err
+                                    or "devices free: held by rlbox-t13-twin-node0" in err), err
     assert rlbox("run", "--sim", "--nodes", "1", "--name", "t13-twin", "--runs-dir", runs, "--smoke-test").returncode == 2
     assert rlbox("stop", "--name", "t13-twin", "--runs-dir", runs).returncode == 0
     assert _claims("t13-twin") == []

@@ -14,6 +14,7 @@ import ipaddress
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from rlbox.core.errors import RlboxError
@@ -74,45 +75,72 @@ def write_stand_ins(folder: Path, hardware: str, devices: int, driver: str, chip
     if hardware not in CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
     folder.mkdir(parents=True, exist_ok=True)
-    # the device listing is made aside and renamed into place: two starts of one run name at once
-    # (racing --replace) write the same host's folder before the start lock decides between them
-    dev = folder / "dev"
-    made = Path(tempfile.mkdtemp(prefix=".dev-", dir=folder))
-    for name in [f"davinci{i}" for i in range(devices)] + ["davinci_manager", "devmm_svm", "hisi_hdc"]:
-        (made / name).touch()
-    shutil.rmtree(dev, ignore_errors=True)
-    try:
-        os.rename(made, dev)
-    except OSError:  # another start put its listing there first: the same host, the same devices
-        shutil.rmtree(made, ignore_errors=True)
+    # Two starts of one run name at once (a racing --replace, a twin) write the same host's folder while
+    # the other's pre-flight reads it: a file is put only when it differs, and atomically (renamed into
+    # place), so a reader sees the old content or the new, never a gap or half a file.
+    names = [f"davinci{i}" for i in range(devices)] + ["davinci_manager", "devmm_svm", "hisi_hdc"]
+    _put_listing(folder / "dev", names)
     (folder / "driver" / "lib64").mkdir(parents=True, exist_ok=True)
     (folder / "dcmi").mkdir(exist_ok=True)
-    (folder / "driver" / "version.info").write_text(
-        f"Version={driver}\npackage_version={driver}\nascendhal_version=7.35.23\n"
-        "# rlbox simulation: stand-in for the Ascend driver's version.info\n"
-    )
-    (folder / "ascend_install.info").write_text(
-        "UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nDriver_Install_Type=full\n"
-        "Driver_Install_Path_Param=/usr/local/Ascend\nDriver_Install_For_All=no\n"
-    )
+    _put(folder / "driver" / "version.info",
+         f"Version={driver}\npackage_version={driver}\nascendhal_version=7.35.23\n"
+         "# rlbox simulation: stand-in for the Ascend driver's version.info\n")
+    _put(folder / "ascend_install.info",
+         "UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nDriver_Install_Type=full\n"
+         "Driver_Install_Path_Param=/usr/local/Ascend\nDriver_Install_For_All=no\n")
     table = npu_smi_table(hardware, devices, driver, chip)
-    script = folder / "npu-smi"
-    script.write_text(
-        "#!/bin/sh\n# rlbox simulation: stand-in for npu-smi; prints what `npu-smi info` prints on this hardware.\n"
-        'case "${1:-}" in\n'
-        "  info|'') cat <<'EOF'\n" + table + "EOF\n  ;;\n"
-        f"  -v|--version) echo 'npu-smi version: {driver}' ;;\n"
-        "  *) echo \"npu-smi (rlbox simulation) supports only 'info'\" >&2; exit 1 ;;\n"
-        "esac\n"
-    )
-    script.chmod(0o755)
+    _put(folder / "npu-smi",
+         "#!/bin/sh\n# rlbox simulation: stand-in for npu-smi; prints what `npu-smi info` prints on this hardware.\n"
+         'case "${1:-}" in\n'
+         "  info|'') cat <<'EOF'\n" + table + "EOF\n  ;;\n"
+         f"  -v|--version) echo 'npu-smi version: {driver}' ;;\n"
+         "  *) echo \"npu-smi (rlbox simulation) supports only 'info'\" >&2; exit 1 ;;\n"
+         "esac\n", mode=0o755)
     (folder / "driver" / "tools").mkdir(exist_ok=True)
-    hccn = folder / "driver" / "tools" / "hccn_tool"
-    hccn.write_text(HCCN_TOOL)
-    hccn.chmod(0o755)
-    (folder / "hccn.conf").write_text("".join(
+    _put(folder / "driver" / "tools" / "hccn_tool", HCCN_TOOL, mode=0o755)
+    _put(folder / "hccn.conf", "".join(
         f"address_{i}={npu_address(i, host_index)}\nnetmask_{i}=255.255.255.0\n" for i in range(devices)))
     return folder
+
+
+def _put(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``path`` unless it holds ``text`` already: made aside, then renamed over it."""
+    try:
+        if path.read_text() == text and (path.stat().st_mode & 0o777) == mode:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    fd, made = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(made, mode)
+    os.replace(made, path)
+
+
+def _put_listing(dev: Path, names: list[str]) -> None:
+    """A folder of empty files named ``names`` at ``dev`` (a host's /dev as the doctor lists it). Left
+    alone when it lists them already; else made aside and swapped in through a symbolic link, the one
+    kind of path a rename replaces in one step, so a reader never finds ``dev`` missing."""
+    try:
+        if sorted(p.name for p in dev.iterdir()) == sorted(names):
+            return
+    except OSError:
+        pass
+    made = Path(tempfile.mkdtemp(prefix=".dev-", dir=dev.parent))
+    for name in names:
+        (made / name).touch()
+    link = dev.parent / f".{made.name}.link"
+    link.symlink_to(made.name)
+    if dev.is_dir() and not dev.is_symlink():  # a listing from before links: no atomic way to replace a folder
+        shutil.rmtree(dev, ignore_errors=True)
+    os.replace(link, dev)
+    # listings replaced a minute ago or more go: a reader may still be walking one replaced just now
+    for old in dev.parent.glob(".dev-*"):
+        try:
+            if old != made and old.is_dir() and time.time() - old.stat().st_mtime > 60:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def npu_address(device: int, host_index: int) -> str:

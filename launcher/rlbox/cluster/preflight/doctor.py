@@ -96,7 +96,8 @@ def judge(facts: NodeFacts, node_plan: NodePlan, plan: RunPlan, replace: bool) -
     else:
         add("ports", not taken, f"{len(wanted)} Ray ports of run {plan.run} free" if not taken else
             "taken: " + ", ".join(f"{p} ({wanted[p]})" for p in taken),
-            f"find the owner: ss -ltnp 'sport = :{taken[0]}'; or use another --name" if taken else "")
+            f"find the owner: ss -ltnp 'sport = :{taken[0]}'; or use other NPUs (--devices): the ports follow the "
+            "lowest NPU id" if taken else "")
 
     # Stale Ray
     if replace:

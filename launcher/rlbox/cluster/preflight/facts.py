@@ -184,11 +184,18 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
     driver = view.driver_version()
     net = view.npu_net(npu_ids)
 
+    # the ports first, then the containers: a port taken by a node being started is seen with that node
+    listening = listening_ports(view.run(["ss", "-Hltn"]).stdout)
     holders, live_runs, own_run_live = [], set(), False
     mine = {f"/dev/davinci{i}" for i in node_plan.npu_ids} or None
-    for box in client.containers.list(ignore_removed=True):
+    # running containers, and rlbox nodes being started: the engine publishes a node's ports before it calls
+    # the node running, so a run starting now must be seen by its NPUs too, not by its ports alone
+    alive = {"status": ["created", "running", "restarting", "paused"]}  # exited ones are not read at all
+    for box in client.containers.list(all=True, ignore_removed=True, filters=alive):
         run = box.labels.get(LABEL_RUN)
         host = box.labels.get(LABEL_HOST)
+        if box.attrs.get("State", {}).get("Status") == "created" and not (run and host):
+            continue  # a container made and never started holds nothing, unless it is an rlbox node starting
         if run and run != plan.run:  # its Ray processes are visible from this host, and not stale
             live_runs.add(run)
         own_run_live = own_run_live or run == plan.run
@@ -201,7 +208,6 @@ def _read(view: HostView, plan: RunPlan, replace: bool) -> NodeFacts:
         if npus and (mine is None or npus & mine):  # runs on other NPUs of the host are neighbours
             holders.append((box.name, run))
 
-    listening = listening_ports(view.run(["ss", "-Hltn"]).stdout)
     ray = None
     if not replace:
         ray = tuple(view.run(RAY_PROCESSES).stdout.split())

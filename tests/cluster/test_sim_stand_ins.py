@@ -1,0 +1,64 @@
+"""The simulated host's stand-ins are rewritten safely while another start reads them: two starts of one
+run name at once (a twin, a racing --replace) write the same folder the other's pre-flight is reading."""
+
+import os
+import threading
+
+from rlbox.cluster import sim
+
+
+def test_a_second_write_of_the_same_host_touches_nothing(tmp_path):
+    folder = sim.write_stand_ins(tmp_path / "sim0", "a3", 16, "25.3.rc1")
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+    link = os.readlink(folder / "dev")
+    sim.write_stand_ins(tmp_path / "sim0", "a3", 16, "25.3.rc1")
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()} == before
+    assert os.readlink(folder / "dev") == link
+    assert os.access(folder / "npu-smi", os.X_OK) and os.access(folder / "driver" / "tools" / "hccn_tool", os.X_OK)
+
+
+def test_a_changed_host_is_swapped_in_and_leaves_no_old_listing(tmp_path):
+    folder = sim.write_stand_ins(tmp_path / "sim0", "a2", 8, "25.3.rc1")
+    sim.write_stand_ins(tmp_path / "sim0", "a2", 4, "25.2.0")
+    assert sorted(p.name for p in (folder / "dev").iterdir() if p.name.startswith("davinci") and p.name[7:].isdigit()) \
+        == [f"davinci{i}" for i in range(4)]
+    assert "Version=25.2.0" in (folder / "driver" / "version.info").read_text()
+    used = os.readlink(folder / "dev")
+    hidden = sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+    assert len(hidden) == 2 and used in hidden  # the listing in use and the one replaced (a reader may be in it)
+    for old in hidden:  # no half-written files; a listing replaced over a minute ago goes at the next change
+        os.utime(folder / old, (1, 1))
+    sim.write_stand_ins(tmp_path / "sim0", "a2", 6, "25.2.0")
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [os.readlink(folder / "dev")]
+
+
+def test_a_folder_listing_from_before_is_replaced(tmp_path):
+    (tmp_path / "sim0" / "dev").mkdir(parents=True)
+    (tmp_path / "sim0" / "dev" / "davinci0").touch()
+    folder = sim.write_stand_ins(tmp_path / "sim0", "a2", 2, "25.3.rc1")
+    assert (folder / "dev").is_symlink() and (folder / "dev" / "davinci1").exists()
+
+
+def test_a_reader_never_finds_the_listing_missing_while_hosts_change(tmp_path):
+    folder = sim.write_stand_ins(tmp_path / "sim0", "a2", 8, "25.3.rc1")
+    misses, done = [], threading.Event()
+
+    def read():
+        while not done.is_set():
+            try:
+                names = [p.name for p in (folder / "dev").iterdir()]
+                if "davinci0" not in names:
+                    misses.append(names)
+                (folder / "npu-smi").read_text().index("esac")
+            except (OSError, ValueError) as err:
+                misses.append(repr(err))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(200):
+            sim.write_stand_ins(tmp_path / "sim0", "a2", 4 + i % 5, "25.3.rc1")
+    finally:
+        done.set()
+        reader.join()
+    assert misses == []
