@@ -62,3 +62,25 @@ def test_a_reader_never_finds_the_listing_missing_while_hosts_change(tmp_path):
         done.set()
         reader.join()
     assert misses == []
+
+
+def test_the_hccn_tool_stand_in_is_one_process_like_the_real_tool(tmp_path):
+    """A pre-flight asks it three questions an NPU: with no PATH it must still answer (no sed, grep or dirname)."""
+    import subprocess
+
+    folder = sim.write_stand_ins(tmp_path / "sim0", "a2", 8, "25.3.rc1", host_index=2)
+    (folder / "hccn-standin.faults").write_text("link 3 DOWN\nhealth 5 Init\nnoip 6\nunreachable 192.168.101.1\n")
+    tool = str(folder / "driver" / "tools" / "hccn_tool")
+
+    def ask(*argv):
+        p = subprocess.run(["/bin/sh", tool, *argv], capture_output=True, text=True, env={"PATH": "/nonexistent"})
+        return p.returncode, p.stdout, p.stderr
+
+    assert ask("-i", "2", "-ip", "-g") == (0, "ipaddr:192.168.102.2\nnetmask:255.255.255.0\n", "")
+    assert ask("-i", "3", "-link", "-g") == (0, "link status: DOWN\n", "")
+    assert ask("-i", "4", "-link", "-g") == (0, "link status: UP\n", "")
+    assert ask("-i", "5", "-net_health", "-g") == (0, "net health status: Init\n", "")
+    assert ask("-i", "4", "-net_health", "-g") == (0, "net health status: Success\n", "")
+    assert ask("-i", "6", "-ip", "-g") == (1, "", "Get ip failed, ret:-2\n")
+    assert "0 received" in ask("-i", "1", "-ping", "-g", "address", "192.168.101.1")[1]
+    assert "3 received" in ask("-i", "1", "-ping", "-g", "address", "192.168.101.3")[1]
