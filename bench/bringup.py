@@ -37,6 +37,7 @@ import json
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -201,10 +202,56 @@ def busy_per_phase(marks: list[tuple[str, tuple[int, int]]], start: tuple[int, i
     return ", ".join(f"{phase} {100 * b / a:.0f} %" for phase, (b, a) in out.items() if a)
 
 
+PERF = False  # --perf: sample every CPU with `perf record -a` through the bring-up
+
+
+class Sampler:
+    """`perf record -a` (every CPU, 99 samples a second, CLOCK_MONOTONIC stamps) from the start of planning
+    to the cluster's ready line; ``stop`` cuts its samples at rlbox's own phase marks and says, per phase,
+    the CPU-seconds of the process names that took the most: whose work a phase waits for."""
+
+    HZ = 99
+
+    def __init__(self):
+        self.out = Path(tempfile.mkdtemp(prefix="rlbox-bench-perf-")) / "perf.data"
+        self.proc = subprocess.Popen(["perf", "record", "-a", "-F", str(self.HZ), "-k", "CLOCK_MONOTONIC", "-o",
+                                      str(self.out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # perf's own start is not counted in any phase
+
+    def stop(self, times: list[tuple[str, float]]) -> str:
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=120)
+        script = subprocess.run(["perf", "script", "-i", str(self.out), "-F", "comm,time"], capture_output=True,
+                                text=True).stdout
+        shutil.rmtree(self.out.parent, ignore_errors=True)
+        cuts = [(t, phase) for phase, t in times[1:]]
+        counts: dict[str, dict[str, int]] = {}
+        for line in script.splitlines():
+            comm, _, stamp = line.strip().rstrip(":").rpartition(" ")
+            try:
+                t = float(stamp)
+            except ValueError:
+                continue
+            if t < times[0][1] or t > cuts[-1][0]:
+                continue
+            phase = next(p for end, p in cuts if t <= end)
+            bucket = counts.setdefault(phase, {})
+            name = re.sub(r"[:/].*$|[0-9]+$", "", comm.strip()) or comm.strip()  # ray::IDLE, kworker/0:1
+            bucket[name] = bucket.get(name, 0) + 1
+        lines = []
+        for _, phase in dict.fromkeys(cuts):
+            top = sorted(counts.get(phase, {}).items(), key=lambda kv: -kv[1])[:6]
+            cpu = sum(counts.get(phase, {}).values()) / self.HZ
+            lines.append(f"{phase} {cpu:.1f} CPU-s: " + ", ".join(f"{c} {k / self.HZ:.1f}" for c, k in top))
+        return "; ".join(lines)
+
+
 def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
     """rlbox's bring-up to its "cluster ready" line (pre-flight within it, also timed alone), then the
     node watch's CPU per tick over the ready cluster (this process's CPU time, all its threads, for
     TICKS forced looks: every engine and Ray's node table), then teardown (`rlbox stop`'s removal)."""
+    sampler = Sampler() if PERF else None
+    times: list[tuple[str, float]] = [("start", time.monotonic())]
     start = time.perf_counter()
     ready_at: list[float] = []
     spent: list[float] = []
@@ -215,6 +262,8 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
     def marking(self, phase: str) -> None:  # rlbox's own phase marks, with the machine's CPU time at each
         mark(self, phase)
         marks.append((phase, cpu_jiffies()))
+        times.append((phase, time.monotonic()))
+
 
     def echo(line: str) -> None:
         if line.startswith("cluster ready"):
@@ -226,6 +275,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
 
     plan, run_dir = launch.prepare(launch.RunRequest(cluster_file=cluster, name=f"{name}{n}", runs_dir=runs))
     planned = time.perf_counter() - start
+    times.append(("plan", time.monotonic()))
     phases_of.Phases.mark, cpu_start = marking, cpu_jiffies()
     checks_of = checks.checks_before_start(plan, replace=True, echo=echo)
 
@@ -239,6 +289,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
                     bring_up_only=True, keep=True, before=before, deliver=deliver.ensure)
     finally:
         phases_of.Phases.mark = mark
+        by_process = sampler.stop(times) if sampler else ""
     state = run_state.load(runs, plan.run)
     nodes = hosts.connect_all(tuple(p.host for p in plan.nodes))
     try:
@@ -263,7 +314,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
         raise SystemExit(f"bench: rlbox's containers still on {', '.join(left)} after teardown")
     return {"ready": ready_at[0] - start, "preflight": spent[0] if spent else 0.0, "teardown": teardown,
             "tick_cpu_ms": tick_cpu * 1000, "phases": f"plan {planned:.1f} s, " + (phases[0] if phases else "?"),
-            "busy": busy_per_phase(marks, cpu_start)}  # execute's marks only: Phases.mark restored after it
+            "busy": busy_per_phase(marks, cpu_start), "by_process": by_process}  # execute's marks only: Phases.mark restored after it
 
 
 def seed_script(bed: Bed, n: int, image: str) -> tuple[float, float]:
@@ -385,7 +436,15 @@ def main() -> int:
     parser.add_argument("--disk-min-gib", type=int, default=None,
                         help="lower pre-flight's free-disk check (20 GiB): every testbed host's engine keeps its "
                              "own image copy on this machine's one disk, so 16 hosts take ~10 GB of it")
+    parser.add_argument("--perf", action="store_true",
+                        help="also sample every CPU with `perf record -a` and print, per phase, the CPU-seconds "
+                             "of the processes that took the most")
     args = parser.parse_args()
+    if args.perf:
+        if shutil.which("perf") is None:
+            raise SystemExit("bench: --perf needs perf (linux-perf)")
+        global PERF
+        PERF = True
     if args.disk_min_gib is not None:
         from rlbox.cluster.preflight import doctor
         print(f"pre-flight's free-disk check lowered from {doctor.DISK_MIN_GIB} to {args.disk_min_gib} GiB "
@@ -423,6 +482,8 @@ def main() -> int:
                   f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)
             print(f"{n} host(s): rlbox's phases: {x['phases']}", flush=True)
             print(f"{n} host(s): this machine's CPUs busy in them: {x['busy']}", flush=True)
+            if x["by_process"]:
+                print(f"{n} host(s): CPU by process in each phase (perf): {x['by_process']}", flush=True)
             # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
             # under load some never do); it is said, its containers removed, and the bench goes on
             a, a_down = (float("nan"), float("nan")) if args.no_seed else baseline(

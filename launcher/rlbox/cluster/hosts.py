@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import socket
 import subprocess
 import tempfile
@@ -18,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlbox.cluster import agent
+from rlbox.cluster.agent import Agent
 from rlbox.cluster.spec import Host, check_name
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -59,6 +62,7 @@ class Tunnel:
     proc: subprocess.Popen
     local: str
     workdir: tempfile.TemporaryDirectory | None = None
+    agent: Agent | None = None  # the shell its session carries (the engine's tunnel), for scripts on the host
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -75,14 +79,18 @@ class Tunnel:
             self.workdir.cleanup()
 
 
-def _open_tunnel(host: Host, forward: str, ready, local: str, workdir=None, timeout: float = 20) -> Tunnel:
+def _open_tunnel(host: Host, forward: str, ready, local: str, workdir=None, timeout: float = 20,
+                 shell: bool = False) -> Tunnel:
     # The remote command reads the tunnel's stdin, a pipe only this process holds: when this process
     # dies (kill -9 included) the pipe closes, `cat` on the host ends and so does ssh; no tunnel outlives
-    # the rlbox that opened it (with -N it would, for as long as the host answers).
-    argv = ssh_argv(host, "-o", "ExitOnForwardFailure=yes", "-L", forward, command=("cat",))
+    # the rlbox that opened it (with -N it would, for as long as the host answers). With ``shell`` the
+    # command is rlbox.cluster.agent's shell, which ends the same way and runs scripts meanwhile.
+    token = agent.new_token() if shell else None
+    remote = (shlex.join(agent.argv(token)),) if token else ("cat",)
+    argv = ssh_argv(host, "-o", "ExitOnForwardFailure=yes", "-L", forward, command=remote)
     try:  # its own session: a Ctrl-C at the terminal must not kill the tunnel teardown needs
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE if token else subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)
     except OSError as err:
         if workdir is not None:
             workdir.cleanup()
@@ -90,13 +98,13 @@ def _open_tunnel(host: Host, forward: str, ready, local: str, workdir=None, time
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            err = (proc.stderr.read() or "").strip().splitlines()
+            err = (proc.stderr.read() or b"").decode(errors="replace").strip().splitlines()
             if workdir is not None:
                 workdir.cleanup()
             reason = err[-1] if err else f"ssh exited with {proc.returncode}"
             raise RlboxError(f"{host.name}: cannot reach over ssh ({reason}); check the host, its ssh port and key")
         if ready():
-            return Tunnel(proc, local, workdir)
+            return Tunnel(proc, local, workdir, agent.Agent(proc, token, host.name) if token else None)
         time.sleep(0.05)
     proc.kill()
     if workdir is not None:
@@ -132,6 +140,11 @@ class Node:
     client: object
     tunnels: list[Tunnel] = field(default_factory=list)
 
+    @property
+    def agent(self) -> Agent | None:
+        """The shell on the engine tunnel's session (None: a local host)."""
+        return next((t.agent for t in self.tunnels if t.agent is not None), None)
+
     def dashboard(self, head: str, port: int, sim: bool) -> str:
         """The Ray dashboard of a cluster whose head is this node: a simulation publishes it
         on this machine's loopback; a real head is reached through ``forward``."""
@@ -163,7 +176,8 @@ def connect(host: Host) -> Node:
         return Node(host, engine.local_client(host.name))
     workdir = tempfile.TemporaryDirectory(prefix="rlbox-ssh-")
     sock = str(Path(workdir.name) / "docker.sock")
-    tunnel = _open_tunnel(host, f"{sock}:{DOCKER_SOCKET}", lambda: os.path.exists(sock) and _accepts(sock), sock, workdir)
+    tunnel = _open_tunnel(host, f"{sock}:{DOCKER_SOCKET}", lambda: os.path.exists(sock) and _accepts(sock), sock, workdir,
+                          shell=True)
     try:
         client = docker.DockerClient(base_url=f"unix://{sock}", timeout=120)
         client.ping()

@@ -75,13 +75,18 @@ class HostView:
             return self.fetched[tuple(argv)]
         if not self.remote:
             return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if self._on_agent([argv], timeout):
+            return self.fetched[tuple(argv)]
         return subprocess.run(ssh_argv(self.host, command=[shlex.join(argv)]),
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
     def prefetch(self, commands: list[list[str]], timeout: float = 30) -> None:
-        """Run every command on a remote host in one ssh session (one connection instead of one
-        per command: each costs a handshake); `run` then answers from what they printed."""
+        """Run every command on a remote host at once, over the shell the engine tunnel's session
+        carries (rlbox.cluster.agent), else in one ssh session of its own (one connection instead of
+        one per command: each costs a handshake); `run` then answers from what they printed."""
         if not self.remote or not commands:
+            return
+        if self._on_agent(commands, timeout + 2 * len(commands)):
             return
         proc = subprocess.run(ssh_argv(self.host, command=[batch_script(commands)]), capture_output=True, text=True,
                               timeout=timeout + 2 * len(commands), stdin=subprocess.DEVNULL)
@@ -89,6 +94,19 @@ class HostView:
             last = (proc.stderr.strip().splitlines() or ["ssh failed"])[-1]
             raise subprocess.SubprocessError(f"ssh {self.host.name}: {last}")
         self.fetched.update(batch_results(commands, proc.stdout))
+
+    def _on_agent(self, commands: list[list[str]], timeout: float) -> bool:
+        """``commands`` run on the tunnel's shell, their results kept; False when there is none. A shell
+        that stops answering raises (its host is in trouble: a second session would wait as long)."""
+        shell = getattr(self.node, "agent", None)
+        if shell is None or shell.broken:
+            return False
+        _, out = shell.run(batch_script(commands), timeout)
+        results = batch_results(commands, out)
+        for argv in commands:  # a command the script never reached (mktemp failed) fails as ssh would
+            results.setdefault(tuple(argv), subprocess.CompletedProcess(argv, 255, "", out.strip()[-200:]))
+        self.fetched.update(results)
+        return True
 
     def devices(self) -> tuple[str, ...]:
         if self.stand_ins is not None:
