@@ -14,9 +14,10 @@ import shlex
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlbox.cluster import agent
@@ -168,12 +169,45 @@ class Node:
             t.close()
 
 
+# A connection opened to count a host's NPUs (count_devices, before the plan exists) is kept for the
+# connect that follows in this process (the run's own, a server's), taken once: one ssh session a host
+# for both instead of two. One left untaken ends with this process (its tunnel's stdin closes).
+_kept: dict[tuple, Node] = {}
+_kept_lock = threading.Lock()
+
+
+def _reach(host: Host) -> tuple:
+    return (host.name, host.ssh_user, host.ssh_port, host.identity_file, host.known_hosts)
+
+
+def _take_kept(host: Host) -> Node | None:
+    with _kept_lock:
+        node = _kept.pop(_reach(host), None)
+    if node is not None and all(t.proc.poll() is None for t in node.tunnels):
+        return node
+    if node is not None:
+        node.close()
+    return None
+
+
+def close_kept() -> None:
+    """Close every kept connection (a start that stops after counting the hosts' NPUs)."""
+    with _kept_lock:
+        nodes = list(_kept.values())
+        _kept.clear()
+    for node in nodes:
+        node.close()
+
+
 def connect(host: Host) -> Node:
     import docker
     from docker.errors import DockerException
 
     if host.local:
         return Node(host, engine.local_client(host.name))
+    kept = _take_kept(host)
+    if kept is not None:
+        return replace(kept, host=host)
     workdir = tempfile.TemporaryDirectory(prefix="rlbox-ssh-")
     sock = str(Path(workdir.name) / "docker.sock")
     tunnel = _open_tunnel(host, f"{sock}:{DOCKER_SOCKET}", lambda: os.path.exists(sock) and _accepts(sock), sock, workdir,
@@ -274,11 +308,20 @@ def count_devices(host: Host) -> int:
     """NPUs on a host: its /dev/davinci<N> nodes (A2 boxes come with 8 or 16)."""
     if host.local:
         names = os.listdir("/dev")
-    else:
-        proc = subprocess.run(ssh_argv(host, command=["ls", "-1", "/dev"]),
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=SSH_CONNECT_TIMEOUT + 20)
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["ssh failed"])[-1]
-            raise RlboxError(f"{host.name}: cannot list /dev over ssh ({last})")
-        names = proc.stdout.split()
+    else:  # over the engine tunnel's session, which the run then uses (kept)
+        node = connect(host)
+        try:
+            status, out = node.agent.run("ls -1 /dev", timeout=SSH_CONNECT_TIMEOUT + 20)
+        except subprocess.SubprocessError as err:
+            node.close()
+            raise RlboxError(f"{host.name}: cannot list /dev over ssh ({err})") from None
+        if status != 0:
+            node.close()
+            raise RlboxError(f"{host.name}: cannot list /dev over ssh ({(out.strip().splitlines() or ['?'])[-1]})")
+        with _kept_lock:
+            old = _kept.pop(_reach(host), None)
+            _kept[_reach(host)] = node
+        if old is not None:
+            old.close()
+        names = out.split()
     return sum(1 for n in names if _DAVINCI.match(n))

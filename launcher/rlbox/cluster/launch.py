@@ -72,7 +72,16 @@ def _devices_asked(req: RunRequest, recipe: recipes.Recipe | None) -> int | tupl
 
 
 def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
-    """The plan for a run and its run directory. Raises RlboxError on any inconsistency."""
+    """The plan for a run and its run directory. Raises RlboxError on any inconsistency (and then
+    closes the connections counting the hosts' NPUs opened for the run)."""
+    try:
+        return _prepare(req)
+    except BaseException:
+        hosts.close_kept()
+        raise
+
+
+def _prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     recipe = _recipe_for(req)
 
     # -- hosts ----------------------------------------------------------------------------
@@ -123,6 +132,7 @@ def prepare(req: RunRequest) -> tuple[RunPlan, Path]:
     elif req.dry_run:
         devices = {h.name: profile.npus_per_node for h in spec.hosts}
     else:
+        hosts.raise_open_files(len(spec.hosts))  # each count opens the host's engine tunnel, kept for the run
         counts, errors = hosts.on_every(hosts.count_devices, spec.hosts)  # one ssh per host, all at once
         if errors:
             raise errors[0]

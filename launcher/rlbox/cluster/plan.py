@@ -81,8 +81,15 @@ if [ -z "$nic" ] || [ -z "$ip" ]; then echo "rlbox-node: no interface routes to 
 export HCCL_SOCKET_IFNAME=${HCCL_SOCKET_IFNAME:-$nic} GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-$nic}
 export TP_SOCKET_IFNAME=${TP_SOCKET_IFNAME:-$nic} HCCL_IF_IP=${HCCL_IF_IP:-$ip}
 echo "rlbox-node: $role on $ip ($nic), head $head:$port"
-if [ "$role" = worker ]; then  # the head's GCS, then its raylet (same port block): a worker started
-  nm=                            # before the head registered gives up after Ray's own 40 s
+if [ "$role" = worker ]; then
+  if [ "${RLBOX_GATED:-0}" = 1 ]; then  # until the launcher's go: Ray has registered workers before it
+    echo "rlbox-node: waiting for the launcher's go (Ray registers the workers before this one first)"
+    until [ -n "$go" ]; do sleep 1 & wait $! || true; done  # the signal ends the wait at once
+    kill $! 2>/dev/null || true
+  fi
+  # the head's GCS, then its raylet (same port block): a worker started before the head registered
+  # gives up after Ray's own 40 s (a gated worker's go comes once they answer: it finds them at once)
+  nm=
   for a in "$@"; do case $a in --node-manager-port=*) nm=${a#*=} ;; esac; done
   i=0
   for p in $port $nm; do
@@ -91,11 +98,6 @@ if [ "$role" = worker ]; then  # the head's GCS, then its raylet (same port bloc
       sleep 0.1
     done
   done
-  if [ "${RLBOX_GATED:-0}" = 1 ]; then  # until the launcher's go: Ray has registered workers before it
-    echo "rlbox-node: waiting for the launcher's go (Ray registers the workers before this one first)"
-    until [ -n "$go" ]; do sleep 1 & wait $! || true; done  # the signal ends the wait at once
-    kill $! 2>/dev/null || true
-  fi
 fi
 if [ "$role" = head ]; then
   exec "$@" --node-ip-address="$ip" --dashboard-host="$ip"
