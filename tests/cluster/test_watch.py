@@ -336,6 +336,10 @@ TIMED_OUT = ("Exception: The current node timed out during startup. This could h
     (NODES[1], Box("exited", 1, "INFO scripts.py:1234 -- Local node IP: 10.0.0.2",
                    tail=(TIMED_OUT, "INFO scripts.py:1234 -- Local node IP: 10.0.0.2")), 0, True),
     (NODES[1], Box("exited", 1, "rlbox-node: head 10.0.0.1:6379 unreachable"), 0, False),  # another failure
+    # found the head's GCS, not the head registered in it within Ray's 40 s (ray/_private/utils.py's words)
+    (NODES[1], Box("exited", 1, "Exception: No node info found for head node in GCS. Did the head node or gcs start "
+                   "successfully?"), 0, True),
+    (NODES[1], Box("exited", 1, "Exception: No node info found for head node in GCS."), 2, False),
     (NODES[1], Box("exited", 137, ""), 0, False),  # killed
     (NODES[1], Box("running"), 0, False),
     (NODES[1], Box(watch.GONE), 0, False),
@@ -387,5 +391,5 @@ def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_after_the_se
         cluster.wait_ready(10)
     assert boxes["c1"].starts == watch.START_AGAIN and boxes["c0"].starts == 0
     again = [line for line in said if "starting it again" in line]
-    assert again == [f"node1 (h1): Ray's raylet timed out registering with the head (timed out during startup); "
+    assert again == [f"node1 (h1): Ray's start-up gave up on the head (timed out during startup); "
                      f"starting it again ({k}/{watch.START_AGAIN})" for k in (1, 2)]

@@ -139,7 +139,7 @@ class Cluster:
             for i, (node, box) in enumerate(zip(looking.expected, boxes)):
                 if watch.start_again(node, box, tries.get(i, 0)):
                     tries[i] = tries.get(i, 0) + 1
-                    boxes[i] = self.start_again(i, tries[i])
+                    boxes[i] = self.start_again(i, tries[i], watch.gave_up(box))
             loss = watch.judge(looking.expected, boxes, None)
             if loss is not None:
                 raise watch.NodeLost(loss)
@@ -161,13 +161,13 @@ class Cluster:
         self.phases.mark("NPUs")
         self.learn_addresses()
 
-    def start_again(self, index: int, attempt: int) -> watch.Box:
+    def start_again(self, index: int, attempt: int, why: str = watch.RAY_START_TIMED_OUT) -> watch.Box:
         """Start a worker's exited container again (its raylet timed out registering: Ray's fixed
         30 s); what its engine then says of it."""
         node_plan, node = self.plan.nodes[index], self.nodes[index]
         if self.gate is not None:  # started again, its node script waits for a new go
             self.gate.given.discard(node_plan.index)
-        self.echo(f"{node_plan.label}: Ray's raylet timed out registering with the head ({watch.RAY_START_TIMED_OUT}); "
+        self.echo(f"{node_plan.label}: Ray's start-up gave up on the head ({why}); "
                   f"starting it again ({attempt}/{watch.START_AGAIN})")
         try:
             node.client.containers.get(node_plan.container.name).start()

@@ -52,8 +52,8 @@ NPROC = 65536
 # nothing from the command line is ever parsed by a shell. It resolves the head's name on the
 # node (a name the operator's machine cannot resolve is fine; so is a simulated head known only
 # to the engine's DNS), finds the interface that routes to the head (unless RLBOX_NIC names
-# one), exports the socket variables from it, waits for the head's GCS and raylet ports on workers, and
-# replaces itself with `ray start ... --block` plus the addresses it found.
+# one), exports the socket variables from it, waits on workers for the head's GCS port (a gated one
+# first for the launcher's go), and replaces itself with `ray start ... --block` plus the addresses it found.
 NODE_SCRIPT = r"""set -eu
 go=; trap 'go=1' USR1  # a gated worker's go (ray_node.gated), from the launcher: set before anything else
 role=$1 head=$2 port=$3; shift 3
@@ -87,12 +87,11 @@ if [ "$role" = worker ]; then
     until [ -n "$go" ]; do sleep 1 & wait $! || true; done  # the signal ends the wait at once
     kill $! 2>/dev/null || true
   fi
-  # the head's GCS, then its raylet (same port block): a worker started before the head registered
-  # gives up after Ray's own 40 s (a gated worker's go comes once they answer: it finds them at once)
-  nm=
-  for a in "$@"; do case $a in --node-manager-port=*) nm=${a#*=} ;; esac; done
+  # the head's GCS: a worker started before it answers gives up; once it answers, `ray start` waits (Ray's
+  # own 40 s) for the head's raylet to register, its imports and start-up meanwhile overlapping the head's.
+  # A gated worker's go comes once Ray has registered workers: it finds the GCS at once.
   i=0
-  for p in $port $nm; do
+  for p in $port; do
     until (exec 3<>"/dev/tcp/$head/$p") 2>/dev/null; do
       i=$((i + 1)); [ "$i" -lt 3000 ] || { echo "rlbox-node: head $head:$p unreachable" >&2; exit 4; }
       sleep 0.1

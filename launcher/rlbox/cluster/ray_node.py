@@ -10,7 +10,7 @@ from rlbox.cluster import sharing
 
 
 # Workers do not all call `ray start` in the same instant once the head is up, and none waits on a
-# clock: workers 1..START_FIRST go as soon as the head's ports answer; worker k past them is gated (its
+# clock: workers 1..START_FIRST go as soon as the head's GCS answers; worker k past them is gated (its
 # node script waits for the launcher's go, a SIGUSR1 to its container) until Ray's node table holds
 # enough of the workers before it (`released`): the GCS's own answers pace them, a slow head takes them
 # slowly, a quick one at once. Why any pacing: on 16 testbed hosts sharing 2 cores, 15 raylets started

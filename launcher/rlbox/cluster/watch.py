@@ -117,16 +117,25 @@ def judge(expected: list[Expected], boxes: list[Box], table: list[ray.RayNode] |
 # `ray/_private/node.py`): `ray start` exits, the node never joined. Many raylets registering at
 # once with one GCS, or on cores shared with other work, meet it; a second start usually goes through.
 RAY_START_TIMED_OUT = "timed out during startup"
+# and a worker's `ray start` that found the head's GCS but not the head registered in it within Ray's 40 s
+# (`get_all_node_info_until_retrieved`, 20 tries 2 s apart): workers start once the GCS answers, while the
+# head's raylet may still be starting
+RAY_HEAD_NOT_FOUND = "No node info found for head node in GCS"
 START_AGAIN = 2  # times a worker whose raylet timed out registering is started again during bring-up
 
 
 def start_again(node: Expected, box: Box, tries: int) -> bool:
     """Whether a node that exited while Ray comes up is started again instead of being lost: a
     worker (never the head: the others registered with it) whose last lines of output hold Ray's
-    start-up time-out, started again ``tries`` times so far, fewer than START_AGAIN."""
+    start-up time-out (or its give-up on the head's registration), started again ``tries`` times
+    so far, fewer than START_AGAIN."""
+    return node.role == "worker" and box.status == "exited" and tries < START_AGAIN and gave_up(box) is not None
+
+
+def gave_up(box: Box) -> str | None:
+    """Which of Ray's start-up give-ups a node's last lines hold (None: neither)."""
     said = (box.last_line, *box.tail)  # Ray's exception on stderr may come before its last stdout line
-    return (node.role == "worker" and box.status == "exited" and any(RAY_START_TIMED_OUT in line for line in said)
-            and tries < START_AGAIN)
+    return next((words for words in (RAY_START_TIMED_OUT, RAY_HEAD_NOT_FOUND) if any(words in line for line in said)), None)
 
 
 def expected_of(plan: RunPlan, addresses: dict[int, str] | None = None) -> list[Expected]:
