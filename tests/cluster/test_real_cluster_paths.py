@@ -74,15 +74,16 @@ def _worker(gcs_port: int, raylet_port: int, **env) -> subprocess.Popen:
 
 
 @contextlib.contextmanager
-def _head_and_worker(**env):
-    """A head's GCS and raylet sockets (bound; the GCS listening) and the node script as its worker,
-    all ended after the block."""
+def _head_and_worker(listening: bool = True, **env):
+    """A head's GCS and raylet sockets (bound; the GCS listening unless not ``listening``: a head still
+    booting) and the node script as its worker, all ended after the block."""
     gcs, gcs_port = _listener()
     raylet, raylet_port = _listener()
-    gcs.listen()
+    if listening:
+        gcs.listen()
     proc = _worker(gcs_port, raylet_port, **env)
     try:
-        yield proc, raylet, gcs_port, raylet_port
+        yield proc, gcs, raylet, gcs_port, raylet_port
     finally:
         proc.kill()
         gcs.close()
@@ -93,25 +94,18 @@ def test_a_worker_starts_ray_once_the_head_s_gcs_listens_not_before():
     """Not before (its `ray start` would give up), nor later than it must: from then on Ray's own start waits for
     the head's raylet to register (40 s), while its imports overlap the head's start (bench/bringup.py: the
     workers phase of 2 hosts 2.6 -> 0.8 s when the wait for the head's raylet port went)."""
-    gcs, gcs_port = _listener()  # bound, not listening yet
-    raylet, raylet_port = _listener()  # never listens here
-    proc = _worker(gcs_port, raylet_port)
-    try:
+    with _head_and_worker(listening=False) as (proc, gcs, _, gcs_port, raylet_port):  # the raylet never listens here
         time.sleep(1.5)
         assert proc.poll() is None  # the GCS does not answer: still waiting
         gcs.listen()
         out, err = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
-        gcs.close()
-        raylet.close()
     assert proc.returncode == 0, err
     assert out.splitlines()[-1].startswith(f"ray-started --node-manager-port={raylet_port} --node-ip-address=127.0.0.1 "
                           f"--address=127.0.0.1:{gcs_port}")
 
 
 def test_a_gated_worker_starts_ray_on_the_launcher_s_go_not_before_and_not_on_a_clock():
-    with _head_and_worker(RLBOX_GATED="1") as (proc, raylet, _, _):
+    with _head_and_worker(RLBOX_GATED="1") as (proc, _, raylet, _, _):
         raylet.listen()
         deadline = time.monotonic() + 20
         line = proc.stdout.readline()  # "rlbox-node: worker on ..." then the wait's own line
@@ -130,10 +124,7 @@ def test_a_gated_worker_waits_for_the_go_before_it_polls_the_head():
     """Its go comes once Ray's node table holds the workers before it, so the head answers by then: until the
     go it asks the head nothing (15 workers each polling a booting head ten times a second cost ~1.7 CPU-s at
     16 testbed hosts, bench/bringup.py --perf)."""
-    gcs, gcs_port = _listener()  # bound, not listening: a head still booting
-    raylet, raylet_port = _listener()
-    proc = _worker(gcs_port, raylet_port, RLBOX_GATED="1")
-    try:
+    with _head_and_worker(listening=False, RLBOX_GATED="1") as (proc, gcs, raylet, _, _):
         deadline = time.monotonic() + 20
         line = proc.stdout.readline()
         while "waiting for the launcher's go" not in line and time.monotonic() < deadline:
@@ -143,9 +134,5 @@ def test_a_gated_worker_waits_for_the_go_before_it_polls_the_head():
         raylet.listen()
         proc.send_signal(signal.SIGUSR1)
         out, err = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
-        gcs.close()
-        raylet.close()
     assert proc.returncode == 0, err
     assert out.splitlines()[-1].startswith("ray-started --node-manager-port=")

@@ -1,9 +1,11 @@
 """Reaching hosts: the local Docker engine, or a remote one through an SSH tunnel.
 
 A remote engine is reached by forwarding a local unix socket to the host's
-``/var/run/docker.sock`` with ``ssh -N -L`` (argv lists, never a shell string), so every ssh
+``/var/run/docker.sock`` with ``ssh -L`` (argv lists, never a shell string), so every ssh
 option (port, identity, known_hosts, batch mode, timeouts) is ours to set and a failure names
-the host. The same tunnel mechanism forwards the Ray dashboard of a remote head.
+the host. That session's remote command is rlbox.cluster.agent's shell, which runs the scripts
+rlbox needs on the host (its NPU count, the pre-flight) without a session of their own. The same
+tunnel mechanism forwards the Ray dashboard of a remote head.
 """
 
 from __future__ import annotations
