@@ -1,6 +1,7 @@
 """The shell on the engine tunnel's ssh session (rlbox.cluster.agent), driven here through a local
 process with the same stdin/stdout (over ssh it is the same program: tests/testbed run it there)."""
 
+import shlex
 import subprocess
 
 import pytest
@@ -9,15 +10,66 @@ from rlbox.cluster import agent
 from rlbox.cluster.preflight.facts import batch_results, batch_script
 
 
+def _start(token: str) -> subprocess.Popen:
+    # as sshd runs it: the user's login shell parses the command line ssh was given (shlex.join of the argv);
+    # what its rc prints before the command runs is not an answer
+    line = shlex.join(agent.argv(token))
+    return subprocess.Popen(["bash", "-c", f'echo "welcome from .bashrc"; {line}'],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
 @pytest.fixture
 def shell():
     token = agent.new_token()
-    # what a user's shell rc prints before the command runs is not an answer
-    proc = subprocess.Popen(["sh", "-c", 'echo "welcome from .bashrc"; exec "$@"', "rc", *agent.argv(token)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = _start(token)
     yield agent.Agent(proc, token, "h1")
     proc.stdin.close()
     proc.wait(timeout=5)
+
+
+def test_its_command_line_is_one_line_without_single_quotes():
+    """csh and tcsh (some sites' login shells) refuse a newline inside quotes; shlex.join quotes with '."""
+    assert "\n" not in agent.SHELL and "'" not in agent.SHELL
+    assert "\n" not in shlex.join(agent.argv(agent.new_token()))
+
+
+def test_it_answers_on_descriptors_past_1023():
+    """1,000 hosts hold ~4 descriptors each: select() cannot wait on one numbered past 1023."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard open-files limit here is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    token = agent.new_token()
+    proc = _start(token)
+    try:
+        assert proc.stdout.fileno() > 1023
+        assert agent.Agent(proc, token, "h1").run("echo far", timeout=10) == (0, "far\n")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=5)
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_an_interrupt_mid_answer_leaves_it_refusing_not_out_of_step(shell, monkeypatch):
+    real = agent.Agent._read_until
+
+    def interrupted(self, mark, deadline, timeout):
+        if mark.startswith(b"\n"):
+            raise KeyboardInterrupt
+        return real(self, mark, deadline, timeout)
+
+    monkeypatch.setattr(agent.Agent, "_read_until", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        shell.run("echo first", timeout=5)
+    monkeypatch.setattr(agent.Agent, "_read_until", real)
+    with pytest.raises(subprocess.SubprocessError, match="stopped answering"):
+        shell.run("echo second", timeout=5)  # never "first" as its answer
 
 
 def test_scripts_run_one_after_another_with_their_status_and_output(shell):
@@ -37,8 +89,8 @@ def test_the_pre_flight_batch_reads_back_the_same_over_it(shell):
 
 
 def test_a_script_past_its_timeout_leaves_the_shell_refusing_plainly(shell):
-    with pytest.raises(subprocess.TimeoutExpired):
-        shell.run("sleep 3", timeout=0.5)
+    with pytest.raises(subprocess.TimeoutExpired, match="timed out after 0.5 seconds"):
+        shell.run("sleep 2", timeout=0.5)
     assert shell.broken
     with pytest.raises(subprocess.SubprocessError, match="ssh h1: the shell on the tunnel stopped answering"):
         shell.run("echo again", timeout=5)

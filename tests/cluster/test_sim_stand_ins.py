@@ -29,7 +29,16 @@ def test_a_changed_host_is_swapped_in_and_leaves_no_old_listing(tmp_path):
     for old in hidden:  # no half-written files; a listing replaced over a minute ago goes at the next change
         os.utime(folder / old, (1, 1))
     sim.write_stand_ins(tmp_path / "sim0", "a2", 6, "25.2.0")
-    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [os.readlink(folder / "dev")]
+    # the first listing went; the one replaced now stays its minute
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == sorted([used, os.readlink(folder / "dev")])
+
+
+def test_a_listing_made_long_ago_is_kept_a_minute_after_it_is_replaced(tmp_path):
+    folder = sim.write_stand_ins(tmp_path / "sim0", "a2", 8, "25.3.rc1")
+    old = os.readlink(folder / "dev")
+    os.utime(folder / old, (1, 1))  # made by a start long ago
+    sim.write_stand_ins(tmp_path / "sim0", "a2", 4, "25.3.rc1")
+    assert (folder / old / "davinci7").exists()  # a pre-flight that resolved the link just before may be in it
 
 
 def test_a_folder_listing_from_before_is_replaced(tmp_path):

@@ -339,7 +339,8 @@ TIMED_OUT = ("Exception: The current node timed out during startup. This could h
     # found the head's GCS, not the head registered in it within Ray's 40 s (ray/_private/utils.py's words)
     (NODES[1], Box("exited", 1, "Exception: No node info found for head node in GCS. Did the head node or gcs start "
                    "successfully?"), 0, True),
-    (NODES[1], Box("exited", 1, "Exception: No node info found for head node in GCS."), 2, False),
+    (NODES[1], Box("exited", 1, "Exception: No node info found for head node in GCS."), 2, True),  # its own budget
+    (NODES[1], Box("exited", 1, "Exception: No node info found for head node in GCS."), watch.HEAD_WAITS, False),
     (NODES[1], Box("exited", 137, ""), 0, False),  # killed
     (NODES[1], Box("running"), 0, False),
     (NODES[1], Box(watch.GONE), 0, False),

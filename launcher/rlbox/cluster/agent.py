@@ -19,26 +19,18 @@ from __future__ import annotations
 
 import os
 import secrets
-import select
+import selectors
 import subprocess
 import threading
 import time
 
 # $1: the token. Says "TOKEN ready" once, then for each script (its lines, then a line TOKEN):
 # runs it with no stdin, then prints a newline and "TOKEN STATUS". Fixed text: scripts are data read.
-SHELL = r"""tok=$1
-printf '%s ready\n' "$tok"
-while :; do
-  s=
-  while :; do
-    IFS= read -r l || exit 0
-    [ "$l" = "$tok" ] && break
-    s="$s$l
-"
-  done
-  sh -c "$s" </dev/null 2>&1
-  printf '\n%s %s\n' "$tok" "$?"
-done"""
+# One line, no single quote: the user's login shell parses it first (csh and tcsh refuse a newline
+# inside quotes). A script must not leave background jobs writing: their output would join the next answer.
+SHELL = ('tok=$1; nl=$(printf "\\n_"); nl=${nl%_}; printf "%s ready\\n" "$tok"; '
+         'while :; do s=; while :; do IFS= read -r l || exit 0; [ "$l" = "$tok" ] && break; s="$s$l$nl"; done; '
+         'sh -c "$s" </dev/null 2>&1; printf "\\n%s %s\\n" "$tok" "$?"; done')
 
 
 def new_token() -> str:
@@ -60,19 +52,20 @@ class Agent:
         self.ready = False
         self.broken: str | None = None
 
-    def _read_until(self, mark: bytes, deadline: float) -> bytes:
+    def _read_until(self, mark: bytes, deadline: float, timeout: float) -> bytes:
         """Bytes up to and including ``mark``; the rest stays buffered."""
         fd = self.proc.stdout.fileno()
-        while mark not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise subprocess.TimeoutExpired(f"ssh {self.host}", 0)
-            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise subprocess.SubprocessError(f"ssh {self.host}: the session ended")
-                self.buffer += chunk
+        with selectors.DefaultSelector() as sel:  # poll or epoll: select() fails on descriptors past 1023
+            sel.register(fd, selectors.EVENT_READ)
+            while mark not in self.buffer:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(f"ssh {self.host}", timeout)
+                if sel.select(min(left, 1.0)):
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        raise subprocess.SubprocessError(f"ssh {self.host}: the session ended")
+                    self.buffer += chunk
         at = self.buffer.index(mark) + len(mark)
         out, self.buffer = self.buffer[:at], self.buffer[at:]
         return out
@@ -85,15 +78,15 @@ class Agent:
             deadline = time.monotonic() + timeout
             try:
                 if not self.ready:  # whatever the user's shell printed before the agent began is dropped
-                    self._read_until(self.token + b" ready\n", deadline)
+                    self._read_until(self.token + b" ready\n", deadline, timeout)
                     self.ready = True
                 self.proc.stdin.write(script.encode() + b"\n" + self.token + b"\n")
                 self.proc.stdin.flush()
-                out = self._read_until(b"\n" + self.token + b" ", deadline)
-                status = self._read_until(b"\n", deadline)
-            except (OSError, ValueError, subprocess.SubprocessError) as err:
+                out = self._read_until(b"\n" + self.token + b" ", deadline, timeout)
+                status = self._read_until(b"\n", deadline, timeout)
+            except BaseException as err:  # an interrupt too: an answer left unread would be the next one's
                 self.broken = f"the shell on the tunnel stopped answering ({type(err).__name__})"
-                if isinstance(err, subprocess.SubprocessError):
+                if isinstance(err, (subprocess.SubprocessError, KeyboardInterrupt, SystemExit)):
                     raise
                 raise subprocess.SubprocessError(f"ssh {self.host}: {self.broken}") from None
             text = out[: -len(b"\n" + self.token + b" ")].decode(errors="replace")

@@ -125,7 +125,7 @@ class Cluster:
         """Until every NPU has joined Ray. A node whose container stops, freezes or vanishes
         meanwhile is lost (NodeLost: a restart may follow)."""
         looking = self.watcher()
-        tries: dict[int, int] = {}
+        tries: dict[tuple[int, str | None], int] = {}  # by node and Ray's words
         last = [float("-inf")]
         gate = self.gate = bringup.Gate(list(zip(self.plan.nodes, self.nodes)), self.echo)
 
@@ -137,9 +137,10 @@ class Cluster:
             gate.give()  # before a restart below: a started container gets its go a look later (its trap set)
             boxes = looking.boxes()
             for i, (node, box) in enumerate(zip(looking.expected, boxes)):
-                if watch.start_again(node, box, tries.get(i, 0)):
-                    tries[i] = tries.get(i, 0) + 1
-                    boxes[i] = self.start_again(i, tries[i], watch.gave_up(box))
+                why = watch.gave_up(box)
+                if watch.start_again(node, box, tries.get((i, why), 0)):
+                    tries[i, why] = tries.get((i, why), 0) + 1
+                    boxes[i] = self.start_again(i, tries[i, why], why)
             loss = watch.judge(looking.expected, boxes, None)
             if loss is not None:
                 raise watch.NodeLost(loss)
@@ -168,7 +169,7 @@ class Cluster:
         if self.gate is not None:  # started again, its node script waits for a new go
             self.gate.given.discard(node_plan.index)
         self.echo(f"{node_plan.label}: Ray's start-up gave up on the head ({why}); "
-                  f"starting it again ({attempt}/{watch.START_AGAIN})")
+                  f"starting it again ({attempt}/{watch.budget(why)})")
         try:
             node.client.containers.get(node_plan.container.name).start()
         except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names it

@@ -60,7 +60,7 @@ def ssh_argv(host: Host, *options: str, command: tuple[str, ...] | list[str] = (
 
 @dataclass
 class Tunnel:
-    """One `ssh -N -L` forward; closed with the node."""
+    """One `ssh -L` forward (its session ends with this process); closed with the node."""
 
     proc: subprocess.Popen
     local: str
@@ -78,6 +78,9 @@ class Tunnel:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
         if self.workdir is not None:
             self.workdir.cleanup()
 
@@ -190,6 +193,15 @@ def _take_kept(host: Host) -> Node | None:
     if node is not None:
         node.close()
     return None
+
+
+def keep(node: Node) -> None:
+    """Keep ``node`` for the next connect to its host in this process (one kept a host: an older one closes)."""
+    with _kept_lock:
+        old = _kept.pop(_reach(node.host), None)
+        _kept[_reach(node.host)] = node
+    if old is not None and old is not node:
+        old.close()
 
 
 def close_kept() -> None:
@@ -320,10 +332,6 @@ def count_devices(host: Host) -> int:
         if status != 0:
             node.close()
             raise RlboxError(f"{host.name}: cannot list /dev over ssh ({(out.strip().splitlines() or ['?'])[-1]})")
-        with _kept_lock:
-            old = _kept.pop(_reach(host), None)
-            _kept[_reach(host)] = node
-        if old is not None:
-            old.close()
+        keep(node)
         names = out.split()
     return sum(1 for n in names if _DAVINCI.match(n))

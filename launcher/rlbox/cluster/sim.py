@@ -131,6 +131,11 @@ def _put_listing(dev: Path, names: list[str]) -> None:
         (made / name).touch()
     link = dev.parent / f".{made.name}.link"
     link.symlink_to(made.name)
+    if dev.is_symlink():  # the listing being replaced: its age from now on counts from its replacement
+        try:
+            os.utime(dev.resolve())
+        except OSError:
+            pass
     if dev.is_dir() and not dev.is_symlink():  # a listing from before links: no atomic way to replace a folder
         shutil.rmtree(dev, ignore_errors=True)
     os.replace(link, dev)

@@ -122,14 +122,23 @@ RAY_START_TIMED_OUT = "timed out during startup"
 # head's raylet may still be starting
 RAY_HEAD_NOT_FOUND = "No node info found for head node in GCS"
 START_AGAIN = 2  # times a worker whose raylet timed out registering is started again during bring-up
+# times a worker that gave up on the head's registration is: 40 s each, as long as a worker waited for the
+# head's raylet port before it started at the GCS (~300 s); the bring-up's own timeout ends it sooner
+HEAD_WAITS = 7
+
+
+def budget(why: str | None) -> int:
+    """How often a worker that gave up with Ray's words ``why`` is started again."""
+    return HEAD_WAITS if why == RAY_HEAD_NOT_FOUND else START_AGAIN
 
 
 def start_again(node: Expected, box: Box, tries: int) -> bool:
     """Whether a node that exited while Ray comes up is started again instead of being lost: a
     worker (never the head: the others registered with it) whose last lines of output hold Ray's
     start-up time-out (or its give-up on the head's registration), started again ``tries`` times
-    so far, fewer than START_AGAIN."""
-    return node.role == "worker" and box.status == "exited" and tries < START_AGAIN and gave_up(box) is not None
+    so far for that reason, fewer than its ``budget``."""
+    why = gave_up(box)
+    return node.role == "worker" and box.status == "exited" and why is not None and tries < budget(why)
 
 
 def gave_up(box: Box) -> str | None:
