@@ -120,6 +120,23 @@ def test_a_gated_worker_starts_ray_on_the_launcher_s_go_not_before_and_not_on_a_
     assert out.splitlines()[-1].startswith("ray-started --node-manager-port=")
 
 
+def test_a_gated_worker_whose_go_came_before_it_waited_starts():
+    """The launcher may give the go before the node script reaches its wait (a container slow to start): no
+    `sleep` was started then, and `set -u` must not end the script on an unset $!."""
+    with _head_and_worker(RLBOX_GATED="1") as (proc, _, raylet, _, _):
+        raylet.listen()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the go as soon as its trap is set (the script's first line)
+            status = open(f"/proc/{proc.pid}/status").read()
+            caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+            if caught & (1 << (signal.SIGUSR1 - 1)):
+                break
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1].startswith("ray-started --node-manager-port=")
+
+
 def test_a_gated_worker_waits_for_the_go_before_it_polls_the_head():
     """Its go comes once Ray's node table holds the workers before it, so the head answers by then: until the
     go it asks the head nothing (15 workers each polling a booting head ten times a second cost ~1.7 CPU-s at

@@ -85,7 +85,7 @@ if [ "$role" = worker ]; then
   if [ "${RLBOX_GATED:-0}" = 1 ]; then  # until the launcher's go: Ray has registered workers before it
     echo "rlbox-node: waiting for the launcher's go (Ray registers the workers before this one first)"
     until [ -n "$go" ]; do sleep 1 & wait $! || true; done  # the signal ends the wait at once
-    kill $! 2>/dev/null || true
+    [ -z "${!:-}" ] || kill "$!" 2>/dev/null || true  # no sleep at all when the go came first (set -u)
   fi
   # the head's GCS: a worker started before it answers gives up; once it answers, `ray start` waits (Ray's
   # own 40 s) for the head's raylet to register, its imports and start-up meanwhile overlapping the head's.
