@@ -33,6 +33,27 @@ def test_its_command_line_is_one_line_without_single_quotes():
     assert "\n" not in shlex.join(agent.argv(agent.new_token()))
 
 
+@pytest.mark.parametrize("login", ["bash", "sh", "tcsh"])
+def test_it_starts_under_each_kind_of_login_shell(login):
+    """sshd hands the command line to the user's login shell; csh and tcsh (some HPC sites' default) refuse a
+    newline inside quotes: the multi-line form died there at once ("Unmatched"), where `cat` had worked."""
+    import os
+    import shutil
+
+    if shutil.which(login) is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{login} missing: .ci/provision installs it")
+        pytest.skip(f"{login} is not installed here")
+    token = agent.new_token()
+    proc = subprocess.Popen([login, "-c", shlex.join(agent.argv(token))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert agent.Agent(proc, token, "h1").run("echo it\\'s; printf '%s\\n' \"$0\"", timeout=10) == (0, "it's\nsh\n")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=5)
+
+
 def test_it_answers_on_descriptors_past_1023():
     """1,000 hosts hold ~4 descriptors each: select() cannot wait on one numbered past 1023."""
     import os
