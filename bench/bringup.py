@@ -202,9 +202,6 @@ def busy_per_phase(marks: list[tuple[str, tuple[int, int]]], start: tuple[int, i
     return ", ".join(f"{phase} {100 * b / a:.0f} %" for phase, (b, a) in out.items() if a)
 
 
-PERF = False  # --perf: sample every CPU with `perf record -a` through the bring-up
-
-
 class Sampler:
     """`perf record -a` (every CPU, 99 samples a second, CLOCK_MONOTONIC stamps) from the start of planning
     to the cluster's ready line; ``stop`` cuts its samples at rlbox's own phase marks and says, per phase,
@@ -246,11 +243,12 @@ class Sampler:
         return "; ".join(lines)
 
 
-def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
+def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str, perf: bool = False) -> dict:
     """rlbox's bring-up to its "cluster ready" line (pre-flight within it, also timed alone), then the
     node watch's CPU per tick over the ready cluster (this process's CPU time, all its threads, for
-    TICKS forced looks: every engine and Ray's node table), then teardown (`rlbox stop`'s removal)."""
-    sampler = Sampler() if PERF else None
+    TICKS forced looks: every engine and Ray's node table), then teardown (`rlbox stop`'s removal); with
+    ``perf``, each phase's CPU by process name (Sampler)."""
+    sampler = Sampler() if perf else None
     times: list[tuple[str, float]] = [("start", time.monotonic())]
     start = time.perf_counter()
     ready_at: list[float] = []
@@ -263,7 +261,6 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str) -> dict:
         mark(self, phase)
         marks.append((phase, cpu_jiffies()))
         times.append((phase, time.monotonic()))
-
 
     def echo(line: str) -> None:
         if line.startswith("cluster ready"):
@@ -440,11 +437,8 @@ def main() -> int:
                         help="also sample every CPU with `perf record -a` and print, per phase, the CPU-seconds "
                              "of the processes that took the most")
     args = parser.parse_args()
-    if args.perf:
-        if shutil.which("perf") is None:
-            raise SystemExit("bench: --perf needs perf (linux-perf)")
-        global PERF
-        PERF = True
+    if args.perf and shutil.which("perf") is None:
+        raise SystemExit("bench: --perf needs perf (linux-perf)")
     if args.disk_min_gib is not None:
         from rlbox.cluster.preflight import doctor
         print(f"pre-flight's free-disk check lowered from {doctor.DISK_MIN_GIB} to {args.disk_min_gib} GiB "
@@ -476,7 +470,7 @@ def main() -> int:
                 break
             memory.label = n
             cluster = bed.cluster(n, runs)
-            x = rlbox_bringup(n, cluster, runs, args.name)
+            x = rlbox_bringup(n, cluster, runs, args.name, perf=args.perf)
             r = x["ready"]
             print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
                   f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)

@@ -162,9 +162,9 @@ class Cluster:
         self.phases.mark("NPUs")
         self.learn_addresses()
 
-    def start_again(self, index: int, attempt: int, why: str = watch.RAY_START_TIMED_OUT) -> watch.Box:
-        """Start a worker's exited container again (its raylet timed out registering: Ray's fixed
-        30 s); what its engine then says of it."""
+    def start_again(self, index: int, attempt: int, why: str) -> watch.Box:
+        """Start a worker's exited container again (Ray's start-up gave up: ``why``, watch.gave_up);
+        what its engine then says of it."""
         node_plan, node = self.plan.nodes[index], self.nodes[index]
         if self.gate is not None:  # started again, its node script waits for a new go
             self.gate.given.discard(node_plan.index)

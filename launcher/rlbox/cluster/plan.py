@@ -91,11 +91,9 @@ if [ "$role" = worker ]; then
   # own 40 s) for the head's raylet to register, its imports and start-up meanwhile overlapping the head's.
   # A gated worker's go comes once Ray has registered workers: it finds the GCS at once.
   i=0
-  for p in $port; do
-    until (exec 3<>"/dev/tcp/$head/$p") 2>/dev/null; do
-      i=$((i + 1)); [ "$i" -lt 3000 ] || { echo "rlbox-node: head $head:$p unreachable" >&2; exit 4; }
-      sleep 0.1
-    done
+  until (exec 3<>"/dev/tcp/$head/$port") 2>/dev/null; do
+    i=$((i + 1)); [ "$i" -lt 3000 ] || { echo "rlbox-node: head $head:$port unreachable" >&2; exit 4; }
+    sleep 0.1
   done
 fi
 if [ "$role" = head ]; then

@@ -98,7 +98,7 @@ class HostView:
     def _on_agent(self, commands: list[list[str]], timeout: float) -> bool:
         """``commands`` run on the tunnel's shell, their results kept; False when there is none. A shell
         that stops answering raises (its host is in trouble: a second session would wait as long)."""
-        shell = getattr(self.node, "agent", None)
+        shell = self.node.agent
         if shell is None or shell.broken:
             return False
         _, out = shell.run(batch_script(commands), timeout)
