@@ -430,20 +430,12 @@ def main() -> int:
     parser.add_argument("--subnet", default=SUBNET, help=f"the testbed's subnet (default {SUBNET})")
     parser.add_argument("--no-seed", action="store_true",
                         help="skip baseline (a), the seed's one-host-after-another procedure (minutes at 16 hosts)")
-    parser.add_argument("--disk-min-gib", type=int, default=None,
-                        help="lower pre-flight's free-disk check (20 GiB): every testbed host's engine keeps its "
-                             "own image copy on this machine's one disk, so 16 hosts take ~10 GB of it")
     parser.add_argument("--perf", action="store_true",
                         help="also sample every CPU with `perf record -a` and print, per phase, the CPU-seconds "
                              "of the processes that took the most")
     args = parser.parse_args()
     if args.perf and shutil.which("perf") is None:
         raise SystemExit("bench: --perf needs perf (linux-perf)")
-    if args.disk_min_gib is not None:
-        from rlbox.cluster.preflight import doctor
-        print(f"pre-flight's free-disk check lowered from {doctor.DISK_MIN_GIB} to {args.disk_min_gib} GiB "
-              "(the same checks run; the hosts share one disk)", flush=True)
-        doctor.DISK_MIN_GIB = args.disk_min_gib
     sizes = [1] if args.quick else args.hosts
     image = f"localhost/rlbox/sim:{launch.host_arch_variant()}"
     if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:

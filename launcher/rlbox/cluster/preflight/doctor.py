@@ -21,7 +21,12 @@ from rlbox.core import npu
 from rlbox.core.errors import RlboxError
 
 SHM_MIN_GIB = 4
-DISK_MIN_GIB = 20
+# Free space the run needs under the engine's data root. Every run: the containers' own layers, where
+# Ray keeps its session logs and spills objects (/tmp/ray inside each node). A run whose image is not
+# on the host yet also pulls it there: the Ascend images are 15-30 GB unpacked, and the packed layers
+# sit beside them until they are unpacked.
+DISK_RUN_GIB = 5
+DISK_PULL_GIB = 20
 
 
 @dataclass(frozen=True)
@@ -134,8 +139,11 @@ def judge(facts: NodeFacts, node_plan: NodePlan, plan: RunPlan, replace: bool) -
 
     # Disk for the image, the image itself
     root, free = facts.docker_root, facts.disk_free_kib
-    add("disk", free is not None and free >= DISK_MIN_GIB * 2**20, f"{(free or 0) / 2**20:.0f} GiB free for {root}",
-        f"free space under {root} (docker system prune) for at least {DISK_MIN_GIB} GiB")
+    pull = facts.image != "present"
+    need = DISK_RUN_GIB + (DISK_PULL_GIB if pull else 0)
+    add("disk", free is not None and free >= need * 2**20, f"{(free or 0) / 2**20:.0f} GiB free for {root}",
+        f"free space under {root} (docker system prune) for at least {need} GiB "
+        + ("(the image's pull and the run's logs)" if pull else "(the run's logs and Ray's spilled objects)"))
     if facts.image == "present":
         add("image", True, f"{plan.image} present ({facts.image_size / 1e9:.1f} GB)")
     elif facts.image == "pullable":
