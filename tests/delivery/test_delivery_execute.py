@@ -187,6 +187,49 @@ def test_a_node_failing_mid_chain_is_named_and_the_others_complete(hosts, cluste
     assert_no_leftovers()
 
 
+def test_a_hop_goes_through_the_master_its_sender_warmed_and_none_outlives_the_delivery(hosts, cluster):
+    """The warm-up's master on a sending node carries the hop to its child: the hop, from a session
+    with no agent, gets in only through it (without a master it is refused, so the first half
+    cannot pass by luck); the master ends when the warm-up's input closes, its socket with it."""
+    import secrets
+
+    from rlbox.delivery import stream as dstream
+    from rlbox.cluster.hosts import ssh_base, ssh_target
+
+    spec = cluster_spec.from_file(cluster)
+    sender, child = spec.hosts[1], spec.hosts[2]
+    marker = f"rlbox-deliver-t{secrets.token_hex(3)}"
+    agent = deliver.agent_for([sender, child])
+    control = ssh_base(child) + ["-o", f"ControlPath={dstream.control_path(marker)}"]
+
+    def on_sender(words: list[str]) -> subprocess.CompletedProcess:  # no -A: no agent on the sender
+        return subprocess.run(dstream.on_host(sender, words), capture_output=True, text=True, timeout=60)
+
+    def master_running() -> bool:
+        return on_sender(control + ["-O", "check", "--", ssh_target(child)]).returncode == 0
+
+    try:
+        refused = on_sender(dstream.hop(child, marker) + ["echo", "through"])
+        assert refused.returncode == 255 and "ermission denied" in refused.stderr, refused
+        warm = subprocess.Popen(dstream.on_host(sender, dstream.warm_words(child, marker), "-A"),
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=agent.env)
+        deadline = time.monotonic() + 30
+        while not master_running():
+            assert warm.poll() is None and time.monotonic() < deadline, warm.stderr.read() if warm.poll() else "no master"
+            time.sleep(0.2)
+        through = on_sender(dstream.hop(child, marker) + ["echo", "through"])
+        assert through.returncode == 0 and through.stdout == "through\n", through
+        # the child gets the agent through the master: it can make its own hop when its master is late
+        keys = on_sender(dstream.hop(child, marker) + ["ssh-add", "-l"])
+        assert keys.returncode == 0 and "no identities" not in keys.stdout, keys
+        warm.stdin.close()
+        assert warm.wait(timeout=30) == 0
+        assert not master_running()
+        assert not list(Path.home().glob(f".{marker}-*")) and leftovers() == []
+    finally:
+        agent.close()
+
+
 def test_run_delivers_and_refuses_a_different_image(hosts, cluster, images):
     spec = cluster_spec.from_file(cluster)
     lines = []

@@ -6,8 +6,11 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shlex
 import subprocess
 import tarfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -229,6 +232,59 @@ def test_a_source_node_sends_directly():
     assert stream.direct and sink.names == ("a", "b")
     assert sink.argv[0] == "ssh" and "-A" in sink.argv and sink.argv[sink.argv.index("--") + 1] == "s"
     assert "img:1" in sink.argv[-1] and "docker save" not in " ".join(stream.source_argv()[:0])
+
+
+def _warmed(stream) -> list[tuple[str, str]]:
+    """(sender, child) of each warm-up: the host its session goes to, the child its master reaches."""
+    out = []
+    for argv in stream.warm:
+        sender = argv[argv.index("--") + 1]
+        words = shlex.split(argv[-1])
+        assert words[:2] == ["sh", "-c"] and words[3] == stream.marker
+        out.append((sender, words[4]))
+    return out
+
+
+@pytest.mark.parametrize("fanout", [1, 2])
+def test_every_hop_between_nodes_is_warmed_by_its_sender(fanout):
+    hosts = {n: Host(n, ssh_port=22) for n in ("a", "b", "c", "d")}
+    p = delivery.plan("img:1", RIGHT, tuple(NodeFacts(n) for n in hosts), fanout=fanout)
+    stream = dstream.Stream(p, hosts, progress=None, env={})
+    stream.build(p.order)
+    # this machine -> a makes its own connection; every hop below a is warmed by its sender
+    assert _warmed(stream) == [(parent, child) for child, parent in delivery.tree(p.order, fanout)[1:]]
+    assert f"ControlPath=~/.{stream.marker}-%C" in stream.sinks[0].argv[-1]
+
+
+def test_a_source_node_warms_its_own_hops_and_one_node_warms_none():
+    hosts = {n: Host(n, ssh_port=22) for n in ("s", "a", "b")}
+    p = delivery.plan("img:1", None, (node("s", RIGHT), node("a"), node("b")))
+    stream = dstream.Stream(p, hosts, progress=None, env={})
+    stream.build(p.order)
+    assert _warmed(stream) == [("s", "a"), ("a", "b")]
+    one = dstream.Stream(delivery.plan("img:1", RIGHT, (NodeFacts("a"),)), hosts, progress=None, env={})
+    one.build(("a",))
+    assert one.warm == []
+
+
+def test_the_warm_script_ends_its_master_when_its_input_closes(tmp_path):
+    """WARM_SCRIPT with a stand-in for ssh (a sleeper): the master runs while the input is open and
+    is gone once it closes, whatever ssh would have done."""
+    pidfile = tmp_path / "pid"
+    fake = ["sh", "-c", f'echo $$ > {pidfile}; exec sleep 300', "ssh"]
+    proc = subprocess.Popen(["sh", "-c", dstream.WARM_SCRIPT, "rlbox-deliver-t", "child", *fake], stdin=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    master = int(pidfile.read_text())
+    os.kill(master, 0)  # running
+    proc.stdin.close()
+    assert proc.wait(timeout=10) == 0
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{master}").exists() and "zombie" not in Path(f"/proc/{master}/status").read_text().lower():
+        assert time.monotonic() < deadline, "the master outlived its warm-up"
+        time.sleep(0.05)
 
 
 FAKE_DOCKER = """#!/bin/sh

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from rlbox.cluster.hosts import ssh_argv
+from rlbox.cluster.hosts import ssh_argv, ssh_base, ssh_target
 from rlbox.cluster.spec import Host
 from rlbox.core.errors import RlboxError, last_line
 from rlbox.delivery import plan as delivery
@@ -129,10 +129,47 @@ def entries(edges: tuple[tuple[str, str], ...], hops: dict[str, list[str]]) -> l
     return [str(len(prefixes)), *prefixes, *words]
 
 
-def hop(host: Host) -> list[str]:
+def control_path(marker: str) -> str:
+    """Where a sending node's ssh master for one child listens: in the user's home, a directory
+    no other user can write (ssh_config's advice: in /tmp another user could put a socket of their
+    own at the path first, and the hop would hand it the stream). ssh expands ``~`` and %C (a hash
+    of the two hosts, the port and the user, so the same in the warm-up and in the hop). Where it
+    cannot make the socket (no home, a path over ~100 bytes) the hop makes its own connection."""
+    return f"~/.{marker}-%C"
+
+
+def hop(host: Host, marker: str | None = None) -> list[str]:
     """The argv (without the command) a node runs to reach the next node: ssh with the forwarded
-    agent (-A), the cluster file's port, user and known_hosts, never a key file path of this machine."""
-    return ssh_argv(replace(host, identity_file=None), "-A")
+    agent (-A), the cluster file's port, user and known_hosts, never a key file path of this machine.
+    With ``marker``: through the master a warm-up left (``warm_words``) when it is there already,
+    a connection of its own when not (ssh says nothing of a missing socket)."""
+    options = ("-o", "ControlMaster=no", "-o", f"ControlPath={control_path(marker)}") if marker else ()
+    return ssh_argv(replace(host, identity_file=None), "-A", *options)
+
+
+# On a sending node, while a delivery runs: an ssh master to one child, made before the stream
+# reaches this node, so that the hop to the child is a session on a connection already made (a
+# chain's hops otherwise make their connections one after another, each waiting for the one
+# above: ~0.25 s a hop on a 2-core machine). The master is this script's child; its session's
+# stdin is the launcher's pipe: when it closes (the delivery ended, or the launcher died) or the
+# session is cut, the master is ended (and ssh removes its socket). $0 the delivery's marker, $1
+# the child's [user@]host, then ssh and its options.
+WARM_SCRIPT = r"""t=$1; shift
+"$@" -o ControlMaster=yes -o ControlPersist=no -N -- "$t" </dev/null >/dev/null 2>&1 &
+m=$!
+trap 'kill "$m" 2>/dev/null' EXIT
+trap 'exit 129' HUP INT TERM PIPE
+cat >/dev/null
+"""
+
+
+def warm_words(child: Host, marker: str) -> list[str]:
+    """The words a sending node runs to make its master to ``child`` (WARM_SCRIPT)."""
+    # -A on the master: a session through it gets the agent only when the master forwards it (the
+    # -A of the hop asks, the master's own options decide), and the child needs the agent to make
+    # its own hop when its master is not ready yet
+    base = ssh_base(replace(child, identity_file=None)) + ["-A", "-o", f"ControlPath={control_path(marker)}"]
+    return ["sh", "-c", WARM_SCRIPT, marker, ssh_target(child), *base]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,6 +243,8 @@ class Stream:
     sinks: list[Sink] = field(default_factory=list)
     source_proc: subprocess.Popen | None = None
     direct: bool = False  # the source node sends to its children itself
+    warm: list[list[str]] = field(default_factory=list)  # per hop between nodes: the sender's warm-up (its argv here)
+    warm_procs: list[subprocess.Popen] = field(default_factory=list)
 
     def __post_init__(self):
         if self.group is None and self.plan.groups:
@@ -217,7 +256,14 @@ class Stream:
 
     def entries(self, edges: tuple[tuple[str, str], ...]) -> list[str]:
         """The hop prefixes and the pre-order entries of ``edges`` (a subtree, root first)."""
-        return entries(edges, {name: hop(self.hosts[name]) for name, _ in edges})
+        return entries(edges, {name: hop(self.hosts[name], self.marker) for name, _ in edges})
+
+    def warm_up(self, edges: tuple[tuple[str, str], ...], source: str | None = None) -> None:
+        """A warm-up per hop of ``edges`` whose sender is a node (parent "" is ``source``, when a node)."""
+        for name, parent in edges:
+            sender = parent or source
+            if sender:
+                self.warm.append(on_host(self.hosts[sender], warm_words(self.hosts[name], self.marker), "-A"))
 
     def build(self, names: tuple[str, ...]) -> None:
         remote = tuple(n for n in names if not self.hosts[n].local)
@@ -236,12 +282,14 @@ class Stream:
             src = self.hosts[self.plan.source]
             words = self.node_words(self.plan.source, self.entries(edges), image=self.plan.image)
             self.sinks.append(Sink(on_host(src, words, "-A"), remote))
+            self.warm_up(edges, self.plan.source)
             return
         if len(remote) == 1:
             self.sinks.append(Sink(on_host(self.hosts[remote[0]], self.node_words(remote[0])), remote))
             return
         words = self.node_words(remote[0], self.entries(edges[1:]))
         self.sinks.append(Sink(on_host(self.hosts[remote[0]], words, "-A"), remote))
+        self.warm_up(edges[1:])
 
     def _read_reports(self, sink: Sink) -> None:
         for raw_line in sink.proc.stderr:
@@ -272,6 +320,34 @@ class Stream:
 
     def run(self, names: tuple[str, ...] | None = None) -> None:
         self.build(names if names is not None else self.group.names)
+        for argv in self.warm:  # first: each has the time the stream takes to reach its node
+            self.warm_procs.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.DEVNULL, env=self.env))
+        try:
+            self._stream()
+        finally:
+            self.cool_down()
+
+    def cool_down(self) -> None:
+        """End the warm-ups: each node's master exits once its session's input closes."""
+        for proc in self.warm_procs:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        for proc in self.warm_procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.warm_procs.clear()
+
+    def _stream(self) -> None:
         if self.direct:  # nothing passes through here: start it, wait for it
             for sink in self.sinks:
                 self._start(sink)
@@ -338,6 +414,7 @@ class Stream:
         for sink in self.sinks:
             if sink.reader is not None:
                 sink.reader.join(timeout=5)
+        self.cool_down()
 
     def failures(self) -> dict[str, str]:
         """Nodes that did not report ``loaded``, with why."""
