@@ -64,6 +64,68 @@ def test_four_hosts_bring_up_64_npus_and_the_smoke_job_passes(clean, tmp_path):
     assert "64" in log, log[-2000:]
 
 
+def _claimer(bed, run: str, indices: tuple[int, ...], clients: dict):
+    """A run's claims plan (what sharing.claims reads) over testbed hosts, each its own engine."""
+    from types import SimpleNamespace
+
+    nodes = [SimpleNamespace(index=k, npu_ids=tuple(range(16)), host=SimpleNamespace(name=bed.address(i)),
+                             client=clients[i]) for k, i in enumerate(indices)]
+    return SimpleNamespace(run=run, run_id=f"{run}-id", image=bed.image, sim=False, nodes=nodes), nodes
+
+
+def test_runs_racing_for_npus_on_several_engines_never_both_fail_and_never_both_hold(clean, monkeypatch):
+    """Claims on several engines at once (a thread an engine, each behind its engine's claims lock,
+    taken in one order): two runs racing for NPUs 0-15 of hosts 1-2 and of hosts 2-3, ten times: each
+    time exactly one holds all 32 it asked for and the other none, its error naming the winner. A
+    lock left by a run that died mid-claim is taken over after LOCK_WAIT."""
+    import threading
+
+    import docker
+
+    from rlbox.cluster import sharing
+
+    bed = clean
+    clients = {i: docker.DockerClient(base_url=f"unix://{bed.socket(i)}") for i in (1, 2, 3)}
+
+    def held(run: str) -> int:
+        return sum(len(c.containers.list(all=True, filters={"label": f"io.rlbox.claim={run}"})) for c in clients.values())
+
+    for round_ in range(10):
+        runs = [_claimer(bed, f"tbt-race{round_}a", (1, 2), clients), _claimer(bed, f"tbt-race{round_}b", (2, 3), clients)]
+        start, outcome = threading.Barrier(2), {}
+
+        def one(plan, nodes):
+            start.wait()
+            try:
+                outcome[plan.run] = sharing.claim(plan, nodes)
+            except Exception as err:  # noqa: BLE001 - the loser's refusal, read below
+                outcome[plan.run] = str(err)
+
+        threads = [threading.Thread(target=one, args=r) for r in runs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        won = [run for run, got in outcome.items() if got == 32]
+        assert len(won) == 1, outcome
+        lost = next(run for run in outcome if run not in won)
+        assert f"is held by run '{won[0]}'" in outcome[lost], outcome
+        assert held(won[0]) == 32 and held(lost) == 0
+        for c in clients.values():
+            sharing.release(c, won[0])
+            assert c.containers.list(all=True, filters={"name": sharing.CLAIMS_LOCK}) == []
+
+    # a lock left behind (its rlbox killed mid-claim) delays the next claimer by LOCK_WAIT, no more
+    clients[2].api.create_container(bed.image, ["true"], name=sharing.CLAIMS_LOCK,
+                                    labels={"io.rlbox.managed": "true", sharing.LABEL_CLAIM: "tbt-dead"})
+    monkeypatch.setattr(sharing, "LOCK_WAIT", 1.0)
+    plan, nodes = _claimer(bed, "tbt-after", (2, 3), clients)
+    assert sharing.claim(plan, nodes) == 32
+    assert clients[2].containers.list(all=True, filters={"name": sharing.CLAIMS_LOCK}) == []
+    for c in clients.values():
+        sharing.release(c, "tbt-after")
+
+
 def test_the_job_s_exit_code_comes_back_from_two_hosts(clean, tmp_path):
     bed = clean
     proc = run("--cluster", bed.cluster(1, 2), "--name", "tbt-exit", "--runs-dir", tmp_path, "--",

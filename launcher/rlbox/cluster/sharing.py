@@ -5,9 +5,14 @@ atomically.
 Ports follow the run's *slot*, the lowest NPU id it uses: runs sharing a host hold disjoint
 NPUs, so their slots, and with them every port, differ. A claim is a container that is created
 and never started, named after what it holds (``rlbox-claim-HOST-npu3``): the engine refuses a
-second container of the same name, so of two runs racing for one NPU exactly one gets it. Claims
-are taken one by one in one global order (by name), so two racing runs never both fail; the
-loser removes what it took and is told which run holds the rest. Claims carry the label
+second container of the same name, so of two runs racing for one NPU exactly one gets it. On
+each engine claims are taken in one global order (by name); a run claiming on several engines
+first takes each engine's claims lock, one engine after another in that order, then claims on
+all of them at once. So two racing runs never both fail (the second to reach a shared engine
+waits there until the first has claimed or given up); the loser removes what it took and is told
+which run holds the rest. The locks only order racing runs: what is held is decided by the
+claims alone, so a lock taken over from a run that died mid-claim never lets two runs hold one
+NPU. Claims carry the label
 ``io.rlbox.claim=RUN`` and go with the run's containers. Two starts of one run name are
 serialised by a start lock (a claim held from the name until the run's containers exist): the
 second is refused and touches nothing, so a --replace never clears what another start of the
@@ -17,7 +22,9 @@ name is still taking; a run's teardown removes only its own run id's containers 
 from __future__ import annotations
 
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -28,6 +35,8 @@ HCCL_BASE, HCCL_BLOCK = 60100, 160  # slot s: 60100 + 160 s .. + 159 (60100-6521
 LABEL_CLAIM = "io.rlbox.claim"
 LABEL_CLAIM_ID = "io.rlbox.claim-run-id"
 LABEL_CLAIM_WHAT = "io.rlbox.claim-what"
+CLAIMS_LOCK = "rlbox-claims-lock"  # one per engine, held by a run while it claims there
+LOCK_WAIT = 20.0  # seconds: a lock is held for about a second; one held longer, its rlbox died
 
 
 def parse_devices(text: str | None) -> int | tuple[int, ...] | None:
@@ -191,19 +200,120 @@ def holder_of_name(plan, nodes) -> str | None:
 def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
     """Take the claims of ``plan`` (``which``, default all but its name) on the connected
     ``nodes``, or none: on a conflict, remove what was taken and raise naming the run that
-    holds it. Returns how many were taken."""
+    holds it. Returns how many were taken. On several engines: each engine's claims lock in
+    order, then every engine's claims at once (one thread each)."""
+    if which is None:
+        which = [c for c in claims(plan) if c != name_claim(plan)]
+    groups: dict[tuple, list[tuple[int, str, str]]] = {}
+    for c in which:  # per engine, in the global order; the engines in the order of their first claim
+        groups.setdefault(_engine_of(nodes[c[0]]), []).append(c)
+    if len(groups) < 2:
+        return len(_claim_on(plan, nodes, which, threading.Event()))
+    locks: list[tuple[object, str]] = []
+    taken: list[list[tuple[object, str]]] = []
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=min(len(groups), 32))
+    try:
+        for group in groups.values():
+            locks.append(_take_lock(plan, nodes[group[0][0]]))
+        futures = [pool.submit(_claim_on, plan, nodes, group, stop) for group in groups.values()]
+        interrupted = None
+        try:
+            pool.shutdown(wait=True)
+        except BaseException as err:  # Ctrl-C: let every engine's claiming stop, then undo it all
+            stop.set()
+            engine.ignore_interrupts()
+            pool.shutdown(wait=True)
+            interrupted = err
+        errors = []
+        for f in futures:
+            try:
+                taken.append(f.result())
+            except _Stopped:
+                pass
+            except BaseException as err:  # noqa: BLE001 - raised below, once every claim is undone
+                errors.append(err)
+        if interrupted is not None or errors:
+            raise interrupted or errors[0]
+        return sum(len(t) for t in taken)
+    except BaseException:
+        for group_taken in taken:
+            for client, made in group_taken:
+                engine.remove_id_quietly(client, made)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        for client, made in locks:
+            engine.remove_id_quietly(client, made)
+
+
+def _engine_of(node) -> tuple:
+    """Which engine a node's claims go to: this machine's (every simulated node, each with a client
+    of its own), or its host's (by name and ssh port)."""
+    host = node.host
+    return ("local",) if getattr(host, "local", False) else (host.name, getattr(host, "ssh_port", None))
+
+
+class _Stopped(Exception):
+    """An engine's claiming stopped because another engine's failed."""
+
+
+def _labels(plan, what: str) -> dict[str, str]:
+    return {engine.LABEL_MANAGED: "true", LABEL_CLAIM: plan.run, LABEL_CLAIM_ID: plan.run_id, LABEL_CLAIM_WHAT: what}
+
+
+def _take_lock(plan, node) -> tuple[object, str]:
+    """This engine's claims lock; waits while another run claims here. The same lock held for
+    LOCK_WAIT while this run waited is taken over (its rlbox died mid-claim: see the module
+    docstring); one that changed hands meanwhile is another run's, waited for afresh."""
+    from docker.errors import APIError
+
+    client = node.client
+    seen, since = None, time.monotonic()
+    while True:
+        try:
+            made = client.api.create_container(plan.image, ["true"], name=CLAIMS_LOCK, labels=_labels(plan, "claims lock"),
+                                               host_config=client.api.create_host_config(network_mode="none"))
+            return client, made["Id"]
+        except APIError as err:
+            if err.status_code != 409:
+                raise RlboxError(f"{node.host.name}: cannot take the claims lock: {engine.reason(err)}") from None
+        except BaseException:  # the answer lost on the way back: a lock of ours may be there
+            _remove_own(plan, client, CLAIMS_LOCK)
+            raise
+        try:
+            holder = client.containers.get(CLAIMS_LOCK).id
+        except Exception:  # noqa: BLE001 - given back meanwhile: try again at once
+            continue
+        if holder != seen:
+            seen, since = holder, time.monotonic()
+        elif time.monotonic() - since > LOCK_WAIT:
+            engine.remove_id_quietly(client, holder)
+        time.sleep(0.05)
+
+
+def _remove_own(plan, client, name: str) -> None:
+    try:
+        box = client.containers.get(name)
+    except Exception:  # noqa: BLE001 - never made, or the engine is still away: nothing more to do
+        return
+    if box.labels.get(LABEL_CLAIM_ID) == plan.run_id:
+        engine.remove_quietly(box)
+
+
+def _claim_on(plan, nodes, which: list[tuple[int, str, str]], stop: threading.Event) -> list[tuple[object, str]]:
+    """Take ``which`` one after another (claims of one engine, or all when there is one); on any
+    failure remove what this call took, tell the other engines' calls to stop (``stop``), raise."""
     from docker.errors import APIError, NotFound
 
     taken = []
-    if which is None:
-        which = [c for c in claims(plan) if c != name_claim(plan)]
     try:
         for index, name, what in which:
+            if stop.is_set():
+                raise _Stopped()
             client = nodes[index].client
-            labels = {engine.LABEL_MANAGED: "true", LABEL_CLAIM: plan.run, LABEL_CLAIM_ID: plan.run_id,
-                      LABEL_CLAIM_WHAT: what}
             try:  # the low-level create: one call to the engine (the high-level one reads the container back)
-                made = client.api.create_container(plan.image, ["true"], name=name, labels=labels,
+                made = client.api.create_container(plan.image, ["true"], name=name, labels=_labels(plan, what),
                                                    host_config=client.api.create_host_config(network_mode="none"))
                 taken.append((client, made["Id"]))
             except APIError as err:
@@ -224,12 +334,14 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
                 raise RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}); "
                                  f"choose other NPUs (--devices) or hosts, or wait for it (`rlbox stop --name {run}` "
                                  "ends it)") from None
-    except BaseException:
+    except BaseException as err:
+        stop.set()
         for client, made in taken:
             engine.remove_id_quietly(client, made)
-        _remove_unanswered(plan, nodes, which, len(taken))
+        if not isinstance(err, _Stopped):
+            _remove_unanswered(plan, nodes, which, len(taken))
         raise
-    return len(taken)
+    return taken
 
 
 def _remove_unanswered(plan, nodes, which, answered: int) -> None:
@@ -237,12 +349,7 @@ def _remove_unanswered(plan, nodes, which, answered: int) -> None:
     is a claim of this run id that ``taken`` does not hold: removed by its name and run id, so that
     a failed start leaves no claim (a start lock left so refused the next start of the name)."""
     for index, name, _ in which[answered:answered + 1]:
-        try:
-            box = nodes[index].client.containers.get(name)
-        except Exception:  # noqa: BLE001 - never made, or the engine is still away: nothing more to do
-            continue
-        if box.labels.get(LABEL_CLAIM_ID) == plan.run_id:
-            engine.remove_quietly(box)
+        _remove_own(plan, nodes[index].client, name)
 
 
 def release(client, run: str, keep_id: str | None = None) -> None:
