@@ -6,6 +6,7 @@ carries a plan out is rlbox.delivery.execute."""
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import shlex
 import subprocess
@@ -37,7 +38,7 @@ CHUNK = 1 << 20
 NODE_SCRIPT = r"""set -u
 self=$1; label=$2; mode=$3; image=$4; np=$5; shift 5
 say() { printf '%s %s %s\n' "$0" "$label" "$*" >&2; }
-q() { printf "'"; printf '%s' "$1" | sed "s/'/'\\\\''/g"; printf "'"; }
+q() { case $1 in *\'*) printf "'"; printf '%s' "$1" | sed "s/'/'\\\\''/g"; printf "'" ;; *) printf "'%s'" "$1" ;; esac; }
 sink() { if [ "$mode" = discard ]; then cat >/dev/null; else docker load; fi; }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rlbox-deliver.XXXXXX") || { say failed cannot make a temporary directory; exit 1; }
 pids=""
@@ -320,13 +321,18 @@ class Stream:
 
     def run(self, names: tuple[str, ...] | None = None) -> None:
         self.build(names if names is not None else self.group.names)
-        for argv in self.warm:  # first: each has the time the stream takes to reach its node
-            self.warm_procs.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                                    stderr=subprocess.DEVNULL, env=self.env))
         try:
             self._stream()
         finally:
             self.cool_down()
+
+    def warm_up_start(self) -> None:
+        """Start the warm-ups, once the stream's own first ssh has started (it is the one every node
+        waits for; the warm-ups are for hops further down), with less of the CPU than it."""
+        for argv in self.warm:
+            self.warm_procs.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.DEVNULL, env=self.env,
+                                                    preexec_fn=lambda: os.nice(10)))
 
     def cool_down(self) -> None:
         """End the warm-ups: each node's master exits once its session's input closes."""
@@ -351,6 +357,7 @@ class Stream:
         if self.direct:  # nothing passes through here: start it, wait for it
             for sink in self.sinks:
                 self._start(sink)
+            self.warm_up_start()
             for sink in self.sinks:
                 sink.proc.wait()
                 sink.reader.join(timeout=10)
@@ -362,6 +369,7 @@ class Stream:
             raise RlboxError("this machine: no docker CLI to save the image with") from None
         for sink in self.sinks:
             self._start(sink)
+        self.warm_up_start()
         omit = frozenset(self.group.omitted if self.group else self.plan.omitted)
         chunks = filtered(self.source_proc.stdout, omit) if omit else raw(self.source_proc.stdout)
         broken: list[Sink] = []
