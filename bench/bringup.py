@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
@@ -189,6 +190,26 @@ def cpu_jiffies() -> tuple[int, int]:
     """(busy, all) CPU time of this machine so far, every process and container (/proc/stat)."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return sum(values) - values[3] - values[4], sum(values)
+
+
+def settle(label: str, idle_share: float = 0.8, most: float = 120.0) -> None:
+    """Flush the disk's dirty pages (os.sync) and wait until this machine's CPUs were at least
+    ``idle_share`` idle, waiting on the disk counted as busy, over one second (at most ``most``
+    seconds), so that each measurement starts on a quiet machine: loading the image into 16 hosts
+    writes ~10 GB, and its writeback otherwise slows the next measurement's container creates."""
+    start = time.monotonic()
+    os.sync()
+    while time.monotonic() - start < most:
+        before = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        time.sleep(1.0)
+        after = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        total = sum(after) - sum(before)
+        if total > 0 and (after[3] - before[3]) / total >= idle_share:
+            break
+    waited = time.monotonic() - start
+    if waited > 1.5:
+        print(f"{label}: waited {waited:.0f} s for the disk's writeback and the CPUs to be {idle_share:.0%} idle",
+              flush=True)
 
 
 def busy_per_phase(marks: list[tuple[str, tuple[int, int]]], start: tuple[int, int]) -> str:
@@ -462,6 +483,7 @@ def main() -> int:
                 break
             memory.label = n
             cluster = bed.cluster(n, runs)
+            settle(f"{n} host(s): rlbox")
             x = rlbox_bringup(n, cluster, runs, args.name, perf=args.perf)
             r = x["ready"]
             print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
@@ -472,8 +494,11 @@ def main() -> int:
                 print(f"{n} host(s): CPU by process in each phase (perf): {x['by_process']}", flush=True)
             # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
             # under load some never do); it is said, its containers removed, and the bench goes on
+            if not args.no_seed:
+                settle(f"{n} host(s): (a)")
             a, a_down = (float("nan"), float("nan")) if args.no_seed else baseline(
                 lambda: seed_script(bed, n, image), bed, n, "rlbox-bench-seed", "(a)")
+            settle(f"{n} host(s): (b)")
             b, b_down = baseline(lambda: parallel_bare(bed, n, image), bed, n, "rlbox-bench-bare", "(b)")
             results.append({"hosts": n, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
                             "rlbox_teardown_s": round(x["teardown"], 2), "rlbox_phases": x["phases"], "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),

@@ -6,9 +6,9 @@ carries a plan out is rlbox.delivery.execute."""
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 import shlex
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -330,9 +330,10 @@ class Stream:
         """Start the warm-ups, once the stream's own first ssh has started (it is the one every node
         waits for; the warm-ups are for hops further down), with less of the CPU than it."""
         for argv in self.warm:
-            self.warm_procs.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                                    stderr=subprocess.DEVNULL, env=self.env,
-                                                    preexec_fn=lambda: os.nice(10)))
+            # `nice`, not preexec_fn (not safe with the threads of several streams)
+            niced = ["nice", "-n", "10", *argv] if shutil.which("nice") else argv
+            self.warm_procs.append(subprocess.Popen(niced, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.DEVNULL, env=self.env))
 
     def cool_down(self) -> None:
         """End the warm-ups: each node's master exits once its session's input closes."""
