@@ -164,6 +164,19 @@ cat >/dev/null
 """
 
 
+def _end(proc: subprocess.Popen, grace: float) -> None:
+    """Wait ``grace`` seconds for ``proc`` to end, then terminate it, then kill it."""
+    for step in (None, proc.terminate, proc.kill):
+        if step is not None:
+            step()
+        try:
+            proc.wait(timeout=grace if step is None else 5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+
+
 def warm_words(child: Host, marker: str) -> list[str]:
     """The words a sending node runs to make its master to ``child`` (WARM_SCRIPT)."""
     # -A on the master: a session through it gets the agent only when the master forwards it (the
@@ -343,15 +356,7 @@ class Stream:
             except OSError:
                 pass
         for proc in self.warm_procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            _end(proc, grace=10)
         self.warm_procs.clear()
 
     def _stream(self) -> None:
@@ -408,18 +413,12 @@ class Stream:
 
     def stop(self) -> None:
         """End every local process of the stream (the nodes' scripts end on their input's end)."""
-        procs = [self.source_proc] + [s.proc for s in self.sinks]
+        procs = [p for p in [self.source_proc] + [s.proc for s in self.sinks] if p is not None]
         for proc in procs:
-            if proc is not None and proc.poll() is None:
+            if proc.poll() is None:
                 proc.terminate()
         for proc in procs:
-            if proc is None:
-                continue
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end(proc, grace=10)
         for sink in self.sinks:
             if sink.reader is not None:
                 sink.reader.join(timeout=5)
