@@ -187,7 +187,7 @@ def test_a_node_failing_mid_chain_is_named_and_the_others_complete(hosts, cluste
     assert_no_leftovers()
 
 
-def test_a_hop_goes_through_the_master_its_sender_warmed_and_none_outlives_the_delivery(hosts, cluster):
+def test_a_hop_goes_through_the_master_its_sender_warmed_and_none_outlives_the_delivery(hosts, cluster, tmp_path):
     """The warm-up's master on a sending node carries the hop to its child: the hop, from a session
     with no agent, gets in only through it (without a master it is refused, so the first half
     cannot pass by luck); the master ends when the warm-up's input closes, its socket with it."""
@@ -222,8 +222,18 @@ def test_a_hop_goes_through_the_master_its_sender_warmed_and_none_outlives_the_d
         # the child gets the agent through the master: it can make its own hop when its master is late
         keys = on_sender(dstream.hop(child, marker) + ["ssh-add", "-l"])
         assert keys.returncode == 0 and "no identities" not in keys.stdout, keys
+        # a hop still running when the warm-up ends (the delivery's end, or its session cut) finishes
+        begun = tmp_path / "begun"  # the hosts are this machine's: the hop's file is seen here
+        running = subprocess.Popen(dstream.on_host(sender, dstream.hop(child, marker) + [
+            "sh", "-c", f"touch {begun}; sleep 2; echo done"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not begun.exists():
+            assert running.poll() is None and time.monotonic() < deadline, running.stderr.read() if running.poll() else ""
+            time.sleep(0.05)
         warm.stdin.close()
-        assert warm.wait(timeout=30) == 0
+        out, err = running.communicate(timeout=60)
+        assert running.returncode == 0 and out == "done\n", (out, err)
+        warm.wait(timeout=30)
         assert not master_running()
         assert not list(Path.home().glob(f".{marker}-*")) and leftovers() == []
     finally:

@@ -268,10 +268,11 @@ def test_a_source_node_warms_its_own_hops_and_one_node_warms_none():
 
 
 def test_the_warm_script_ends_its_master_when_its_input_closes(tmp_path):
-    """WARM_SCRIPT with a stand-in for ssh (a sleeper): the master runs while the input is open and
-    is gone once it closes, whatever ssh would have done."""
+    """WARM_SCRIPT with a stand-in for ssh that, like ssh's own session, ends at its input's end:
+    the master is given the session's input (not /dev/null, not a background job's), runs while
+    it is open and is gone once it closes."""
     pidfile = tmp_path / "pid"
-    fake = ["sh", "-c", f'echo $$ > {pidfile}; exec sleep 300', "ssh"]
+    fake = ["sh", "-c", f'echo $$ > {pidfile}; exec cat >/dev/null', "ssh"]
     proc = subprocess.Popen(["sh", "-c", dstream.WARM_SCRIPT, "rlbox-deliver-t", "child", *fake], stdin=subprocess.PIPE)
     deadline = time.monotonic() + 10
     while not pidfile.exists() or not pidfile.read_text().strip():

@@ -7,10 +7,10 @@ NPUs, so their slots, and with them every port, differ. A claim is a container t
 and never started, named after what it holds (``rlbox-claim-HOST-npu3``): the engine refuses a
 second container of the same name, so of two runs racing for one NPU exactly one gets it. On
 each engine claims are taken in one global order (by name); a run claiming on several engines
-first takes each engine's claims lock, one engine after another in that order, then claims on
-all of them at once. So two racing runs never both fail (the second to reach a shared engine
-waits there until the first has claimed or given up); the loser removes what it took and is told
-which run holds the rest. The locks only order racing runs: what is held is decided by the
+first takes every engine's claims lock, all or none (it never holds one while it waits for
+another), then claims on all of them at once. So two racing runs never both fail (their claims
+on a shared engine never overlap in time: the first to claim wins); the loser removes what it
+took and is told which run holds the rest. The locks only order racing runs: what is held is decided by the
 claims alone, so a lock taken over from a run that died mid-claim never lets two runs hold one
 NPU. Claims carry the label
 ``io.rlbox.claim=RUN`` and go with the run's containers. Two starts of one run name are
@@ -22,6 +22,7 @@ name is still taking; a run's teardown removes only its own run id's containers 
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,7 @@ LABEL_CLAIM = "io.rlbox.claim"
 LABEL_CLAIM_ID = "io.rlbox.claim-run-id"
 LABEL_CLAIM_WHAT = "io.rlbox.claim-what"
 CLAIMS_LOCK = "rlbox-claims-lock"  # one per engine, held by a run while it claims there
-LOCK_WAIT = 20.0  # seconds: a lock is held for about a second; one held longer, its rlbox died
+LOCK_WAIT = 30.0  # seconds: a lock is held while its run claims (about a second); longer, its rlbox died
 
 
 def parse_devices(text: str | None) -> int | tuple[int, ...] | None:
@@ -200,58 +201,50 @@ def holder_of_name(plan, nodes) -> str | None:
 def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
     """Take the claims of ``plan`` (``which``, default all but its name) on the connected
     ``nodes``, or none: on a conflict, remove what was taken and raise naming the run that
-    holds it. Returns how many were taken. On several engines: each engine's claims lock in
-    order, then every engine's claims at once (one thread each)."""
+    holds it. Returns how many were taken. On several engines: every engine's claims lock
+    (``_take_locks``), then every engine's claims at once (one thread each)."""
     if which is None:
         which = [c for c in claims(plan) if c != name_claim(plan)]
     groups: dict[tuple, list[tuple[int, str, str]]] = {}
-    for c in which:  # per engine, in the global order; the engines in the order of their first claim
+    for c in which:  # per engine, each engine's claims in the global order
         groups.setdefault(_engine_of(nodes[c[0]]), []).append(c)
     if len(groups) < 2:
         return len(_claim_on(plan, nodes, which, threading.Event()))
     locks: list[tuple[object, str]] = []
-    taken: list[list[tuple[object, str]]] = []
+    futures: list = []
     stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=min(len(groups), 32))
     try:
+        _take_locks(plan, [nodes[groups[key][0][0]] for key in sorted(groups)], locks)
         for group in groups.values():
-            locks.append(_take_lock(plan, nodes[group[0][0]]))
-        futures = [pool.submit(_claim_on, plan, nodes, group, stop) for group in groups.values()]
-        interrupted = None
-        try:
-            pool.shutdown(wait=True)
-        except BaseException as err:  # Ctrl-C: let every engine's claiming stop, then undo it all
-            stop.set()
+            futures.append(pool.submit(_claim_on, plan, nodes, group, stop))
+        pool.shutdown(wait=True)
+        errors = [f.exception() for f in futures if not isinstance(f.exception(), (_Stopped, type(None)))]
+        if errors:
+            raise errors[0]
+        return sum(len(f.result()) for f in futures)
+    except BaseException:  # a conflict, a failure, or Ctrl-C anywhere above: stop every engine's claiming, undo it all
+        stop.set()
+        if not isinstance(sys.exc_info()[1], RlboxError):
             engine.ignore_interrupts()
-            pool.shutdown(wait=True)
-            interrupted = err
-        errors = []
+        pool.shutdown(wait=True)
         for f in futures:
-            try:
-                taken.append(f.result())
-            except _Stopped:
-                pass
-            except BaseException as err:  # noqa: BLE001 - raised below, once every claim is undone
-                errors.append(err)
-        if interrupted is not None or errors:
-            raise interrupted or errors[0]
-        return sum(len(t) for t in taken)
-    except BaseException:
-        for group_taken in taken:
-            for client, made in group_taken:
-                engine.remove_id_quietly(client, made)
+            if f.exception() is None:
+                for client, made in f.result():
+                    engine.remove_id_quietly(client, made)
         raise
     finally:
-        pool.shutdown(wait=True)
         for client, made in locks:
             engine.remove_id_quietly(client, made)
 
 
 def _engine_of(node) -> tuple:
-    """Which engine a node's claims go to: this machine's (every simulated node, each with a client
-    of its own), or its host's (by name and ssh port)."""
+    """Which engine a node's claims go to, as a key that sorts the same for every run: this
+    machine's (every simulated node, each with a client of its own), or its host's (name, port)."""
     host = node.host
-    return ("local",) if getattr(host, "local", False) else (host.name, getattr(host, "ssh_port", None))
+    if getattr(host, "local", False):
+        return ("", 0)
+    return (str(host.name).lower().rstrip("."), getattr(host, "ssh_port", None) or 22)
 
 
 class _Stopped(Exception):
@@ -262,33 +255,63 @@ def _labels(plan, what: str) -> dict[str, str]:
     return {engine.LABEL_MANAGED: "true", LABEL_CLAIM: plan.run, LABEL_CLAIM_ID: plan.run_id, LABEL_CLAIM_WHAT: what}
 
 
-def _take_lock(plan, node) -> tuple[object, str]:
-    """This engine's claims lock; waits while another run claims here. The same lock held for
-    LOCK_WAIT while this run waited is taken over (its rlbox died mid-claim: see the module
-    docstring); one that changed hands meanwhile is another run's, waited for afresh."""
+def _take_locks(plan, nodes, locks: list) -> None:
+    """Every engine's claims lock, into ``locks`` as each is taken (so a caller's ``finally``
+    gives back all it holds, however this ends). All or none: when one is taken, those held
+    are given back, the busy one is waited for, and all are taken again. So a held lock always
+    means "claiming now": held for about a second, never while its holder waits, and one held
+    LOCK_WAIT by the same holder is a dead rlbox's, taken over. A lock this run holds already
+    (one engine under two names) counts as taken."""
+    while True:
+        busy = None
+        for node in nodes:
+            if not _try_lock(plan, node, locks):
+                busy = node
+                break
+        if busy is None:
+            return
+        while locks:
+            client, made = locks.pop()
+            engine.remove_id_quietly(client, made)
+        _wait_for_lock(busy)
+
+
+def _try_lock(plan, node, locks: list) -> bool:
     from docker.errors import APIError
 
+    client = node.client
+    try:
+        made = client.api.create_container(plan.image, ["true"], name=CLAIMS_LOCK, labels=_labels(plan, "claims lock"),
+                                           host_config=client.api.create_host_config(network_mode="none"))
+    except APIError as err:
+        if err.status_code != 409:
+            raise RlboxError(f"{node.host.name}: cannot take the claims lock: {engine.reason(err)}") from None
+        try:
+            return client.containers.get(CLAIMS_LOCK).labels.get(LABEL_CLAIM_ID) == plan.run_id
+        except Exception:  # noqa: BLE001 - given back meanwhile: busy for now, tried again at once
+            return False
+    except BaseException:  # the answer lost on the way back: a lock of ours may be there
+        _remove_own(plan, client, CLAIMS_LOCK)
+        raise
+    locks.append((client, made["Id"]))
+    return True
+
+
+def _wait_for_lock(node) -> None:
+    """Until the engine's claims lock is given back, or the same one was held LOCK_WAIT (then
+    removed: its holder died mid-claim; one that changed hands is another run's, waited afresh)."""
     client = node.client
     seen, since = None, time.monotonic()
     while True:
         try:
-            made = client.api.create_container(plan.image, ["true"], name=CLAIMS_LOCK, labels=_labels(plan, "claims lock"),
-                                               host_config=client.api.create_host_config(network_mode="none"))
-            return client, made["Id"]
-        except APIError as err:
-            if err.status_code != 409:
-                raise RlboxError(f"{node.host.name}: cannot take the claims lock: {engine.reason(err)}") from None
-        except BaseException:  # the answer lost on the way back: a lock of ours may be there
-            _remove_own(plan, client, CLAIMS_LOCK)
-            raise
-        try:
             holder = client.containers.get(CLAIMS_LOCK).id
-        except Exception:  # noqa: BLE001 - given back meanwhile: try again at once
-            continue
+        except Exception:  # noqa: BLE001 - given back
+            return
         if holder != seen:
             seen, since = holder, time.monotonic()
         elif time.monotonic() - since > LOCK_WAIT:
             engine.remove_id_quietly(client, holder)
+            return
         time.sleep(0.05)
 
 

@@ -13,6 +13,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -151,16 +152,15 @@ def hop(host: Host, marker: str | None = None) -> list[str]:
 # On a sending node, while a delivery runs: an ssh master to one child, made before the stream
 # reaches this node, so that the hop to the child is a session on a connection already made (a
 # chain's hops otherwise make their connections one after another, each waiting for the one
-# above: ~0.25 s a hop on a 2-core machine). The master is this script's child; its session's
-# stdin is the launcher's pipe: when it closes (the delivery ended, or the launcher died) or the
-# session is cut, the master is ended (and ssh removes its socket). $0 the delivery's marker, $1
-# the child's [user@]host, then ssh and its options.
+# above: ~0.25 s a hop on a 2-core machine). The master is this session's process itself (exec),
+# its own session a `cat` on the child reading this session's stdin, the launcher's pipe: when
+# that closes (the delivery ended, Ctrl-C, the launcher died) or this session is cut, the
+# master's own session ends, and the master with it once the hops through it have ended (ssh
+# keeps a master while sessions use it; it removes its socket). No process is left to clean up
+# if anything on this node is killed. $0 the delivery's marker, $1 the child's [user@]host,
+# then ssh and its options.
 WARM_SCRIPT = r"""t=$1; shift
-"$@" -o ControlMaster=yes -o ControlPersist=no -N -- "$t" </dev/null >/dev/null 2>&1 &
-m=$!
-trap 'kill "$m" 2>/dev/null' EXIT
-trap 'exit 129' HUP INT TERM PIPE
-cat >/dev/null
+exec "$@" -o ControlMaster=yes -o ControlPersist=no -- "$t" "cat >/dev/null" >/dev/null 2>&1
 """
 
 
@@ -349,14 +349,16 @@ class Stream:
                                                     stderr=subprocess.DEVNULL, env=self.env))
 
     def cool_down(self) -> None:
-        """End the warm-ups: each node's master exits once its session's input closes."""
+        """End the warm-ups: each node's master exits once its session's input closes (10 s for
+        all of them together, then they are ended)."""
         for proc in self.warm_procs:
             try:
                 proc.stdin.close()
             except OSError:
                 pass
+        deadline = time.monotonic() + 10
         for proc in self.warm_procs:
-            _end(proc, grace=10)
+            _end(proc, grace=max(0.0, deadline - time.monotonic()))
         self.warm_procs.clear()
 
     def _stream(self) -> None:

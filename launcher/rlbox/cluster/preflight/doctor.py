@@ -23,10 +23,10 @@ from rlbox.core.errors import RlboxError
 SHM_MIN_GIB = 4
 # Free space the run needs under the engine's data root. Every run: the containers' own layers, where
 # Ray keeps its session logs and spills objects (/tmp/ray inside each node). A run whose image is not
-# on the host yet also pulls it there: the Ascend images are 15-30 GB unpacked, and the packed layers
-# sit beside them until they are unpacked.
+# on the host yet also pulls it there: the Ascend images are 15-30 GB unpacked, and their packed
+# layers (about half that) sit beside them until they are unpacked: 45 GiB for a 30 GB image.
 DISK_RUN_GIB = 5
-DISK_PULL_GIB = 20
+DISK_PULL_GIB = 45
 
 
 @dataclass(frozen=True)
