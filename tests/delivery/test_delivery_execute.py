@@ -224,8 +224,8 @@ def test_a_hop_goes_through_the_master_its_sender_warmed_and_none_outlives_the_d
         assert keys.returncode == 0 and "no identities" not in keys.stdout, keys
         # a hop still running when the warm-up ends (the delivery's end, or its session cut) finishes
         begun = tmp_path / "begun"  # the hosts are this machine's: the hop's file is seen here
-        running = subprocess.Popen(dstream.on_host(sender, dstream.hop(child, marker) + [
-            "sh", "-c", f"touch {begun}; sleep 2; echo done"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        running = subprocess.Popen(dstream.on_host(sender, dstream.hop(child, marker) + [  # one word: the child's shell runs it
+            f"touch {begun}; sleep 2; echo done"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
         while not begun.exists():
             assert running.poll() is None and time.monotonic() < deadline, running.stderr.read() if running.poll() else ""
@@ -339,17 +339,29 @@ def test_ctrl_c_while_a_node_is_the_source_leaves_nothing(hosts, cluster, images
         seen.append(line)
         if "receiving" in line:
             break
-    # Mid-transfer, whatever the machine's speed: the node's own save is running (the loads cannot
-    # be complete before the whole tar has been written), and the Ctrl-C follows at once.
+    # Mid-transfer, whatever the machine's speed: the node's own save is running and held there
+    # (SIGSTOP: 180 MB over loopback through warmed hops took less than the Ctrl-C's way down), so
+    # the loads cannot be complete; it goes on once rlbox has ended, and meets its end at once.
+    saves: list[int] = []
     for _ in range(200):
-        if any("pgrep" not in line for line in running(f"docker save -- {image}")):
+        saves = [int(line.split()[0]) for line in running(f"docker save -- {image}") if "pgrep" not in line]
+        if saves:
             break
         time.sleep(0.05)
     else:
         pytest.fail("the source node's docker save never started:\n" + "".join(seen))
-    proc.send_signal(signal.SIGINT)
-    rest = proc.stderr.read()
-    assert proc.wait(timeout=120) == 130, "".join(seen) + rest
+    for pid in saves:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=120) == 130, "".join(seen) + rest
+    finally:
+        for pid in saves:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
     assert rest.strip().splitlines()[-1].startswith("rlbox: error: interrupted;"), rest
     assert [h.image_id(image) for h in hosts[1:]] == [None, None]
     assert_no_leftovers()
