@@ -186,9 +186,15 @@ class Memory:
             self.peak[self.label] = max(self.peak.get(self.label, 0), used)
 
 
+def cpu_times() -> list[int]:
+    """This machine's CPU time so far by kind (/proc/stat's first line: user, nice, system, idle,
+    iowait, ...), every process and container."""
+    return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
 def cpu_jiffies() -> tuple[int, int]:
-    """(busy, all) CPU time of this machine so far, every process and container (/proc/stat)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    """(busy, all) CPU time of this machine so far (waiting on the disk counted as idle)."""
+    values = cpu_times()
     return sum(values) - values[3] - values[4], sum(values)
 
 
@@ -200,9 +206,9 @@ def settle(label: str, idle_share: float = 0.8, most: float = 120.0) -> None:
     start = time.monotonic()
     os.sync()
     while time.monotonic() - start < most:
-        before = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        before = cpu_times()
         time.sleep(1.0)
-        after = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        after = cpu_times()
         total = sum(after) - sum(before)
         if total > 0 and (after[3] - before[3]) / total >= idle_share:
             break

@@ -174,7 +174,9 @@ def test_a_claim_whose_answer_never_came_is_not_left_behind(sim_image):
             return real.containers.get(name)
 
     plan = SimpleNamespace(run="t13-lost", run_id="t13-lost-1", image=sim_image)
-    nodes = [SimpleNamespace(client=LostAnswer(), host=SimpleNamespace(name="sim0"))]
+    from rlbox.cluster.spec import Host
+
+    nodes = [SimpleNamespace(client=LostAnswer(), host=Host("sim0", transport="local"))]
     with pytest.raises(requests.exceptions.ReadTimeout):
         sharing.claim(plan, nodes, [sharing.start_lock(plan)])
     assert _claims("t13-lost") == []

@@ -68,8 +68,10 @@ def _claimer(bed, run: str, indices: tuple[int, ...], clients: dict):
     """A run's claims plan (what sharing.claims reads) over testbed hosts, each its own engine."""
     from types import SimpleNamespace
 
-    nodes = [SimpleNamespace(index=k, npu_ids=tuple(range(16)), host=SimpleNamespace(name=bed.address(i)),
-                             client=clients[i]) for k, i in enumerate(indices)]
+    from rlbox.cluster.spec import Host
+
+    nodes = [SimpleNamespace(index=k, npu_ids=tuple(range(16)), host=Host(bed.address(i)), client=clients[i])
+             for k, i in enumerate(indices)]
     return SimpleNamespace(run=run, run_id=f"{run}-id", image=bed.image, sim=False, nodes=nodes), nodes
 
 

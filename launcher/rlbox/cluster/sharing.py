@@ -27,6 +27,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from rlbox.cluster.spec import host_key
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
@@ -241,10 +242,7 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
 def _engine_of(node) -> tuple:
     """Which engine a node's claims go to, as a key that sorts the same for every run: this
     machine's (every simulated node, each with a client of its own), or its host's (name, port)."""
-    host = node.host
-    if getattr(host, "local", False):
-        return ("", 0)
-    return (str(host.name).lower().rstrip("."), getattr(host, "ssh_port", None) or 22)
+    return ("", 0) if node.host.local else host_key(node.host)
 
 
 class _Stopped(Exception):
@@ -253,6 +251,14 @@ class _Stopped(Exception):
 
 def _labels(plan, what: str) -> dict[str, str]:
     return {engine.LABEL_MANAGED: "true", LABEL_CLAIM: plan.run, LABEL_CLAIM_ID: plan.run_id, LABEL_CLAIM_WHAT: what}
+
+
+def _create(plan, client, name: str, what: str) -> str:
+    """A never-started container ``name`` holding ``what`` for this run id (a claim or a claims lock;
+    the engine refuses a second of the name: 409). The low-level create: one call to the engine (the
+    high-level one reads the container back)."""
+    return client.api.create_container(plan.image, ["true"], name=name, labels=_labels(plan, what),
+                                       host_config=client.api.create_host_config(network_mode="none"))["Id"]
 
 
 def _take_locks(plan, nodes, locks: list) -> None:
@@ -281,8 +287,7 @@ def _try_lock(plan, node, locks: list) -> bool:
 
     client = node.client
     try:
-        made = client.api.create_container(plan.image, ["true"], name=CLAIMS_LOCK, labels=_labels(plan, "claims lock"),
-                                           host_config=client.api.create_host_config(network_mode="none"))
+        made = _create(plan, client, CLAIMS_LOCK, "claims lock")
     except APIError as err:
         if err.status_code != 409:
             raise RlboxError(f"{node.host.name}: cannot take the claims lock: {engine.reason(err)}") from None
@@ -293,7 +298,7 @@ def _try_lock(plan, node, locks: list) -> bool:
     except BaseException:  # the answer lost on the way back: a lock of ours may be there
         _remove_own(plan, client, CLAIMS_LOCK)
         raise
-    locks.append((client, made["Id"]))
+    locks.append((client, made))
     return True
 
 
@@ -335,10 +340,8 @@ def _claim_on(plan, nodes, which: list[tuple[int, str, str]], stop: threading.Ev
             if stop.is_set():
                 raise _Stopped()
             client = nodes[index].client
-            try:  # the low-level create: one call to the engine (the high-level one reads the container back)
-                made = client.api.create_container(plan.image, ["true"], name=name, labels=_labels(plan, what),
-                                                   host_config=client.api.create_host_config(network_mode="none"))
-                taken.append((client, made["Id"]))
+            try:
+                taken.append((client, _create(plan, client, name, what)))
             except APIError as err:
                 if err.status_code != 409:
                     raise RlboxError(f"{nodes[index].host.name}: cannot claim {what}: {engine.reason(err)}") from None
