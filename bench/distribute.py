@@ -36,6 +36,7 @@ from pathlib import Path
 
 from rlbox.cluster import spec as cluster_spec
 from rlbox.delivery import execute as deliver
+from rlbox.delivery.links import links_for
 from rlbox.testbed import execute as tb
 from rlbox.testbed import plan as tbplan
 
@@ -109,8 +110,9 @@ def measure(state, cluster: Path, n: int, mode: str, via: str, fanout: int | Non
     clear(state, hosts)
     before = received(state)
     start = time.perf_counter()
-    plan, by_label = deliver.make_plan(IMAGE, spec.hosts, via=via, fanout=fanout, pull=False)
-    report = deliver.carry_out(plan, by_label, lambda line: None, mode=mode)
+    with links_for(spec.hosts, agent=via == "chain") as links:  # as `rlbox distribute` does: its masters' close is timed too
+        plan, by_label = deliver.make_plan(IMAGE, spec.hosts, via=via, fanout=fanout, pull=False, links=links)
+        report = deliver.carry_out(plan, by_label, lambda line: None, mode=mode, links=links)
     took = time.perf_counter() - start
     after = received(state)
     per_link = {h.address: after[h.address] - before[h.address] for h in hosts}

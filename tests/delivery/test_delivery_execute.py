@@ -17,6 +17,7 @@ import pytest
 
 from conftest import REPO, engine_problem, rlbox
 from rlbox.delivery import execute as deliver
+from rlbox.delivery import links
 from rlbox.cluster import spec as cluster_spec
 from rlbox.core.errors import RlboxError
 from support.engines import EngineHosts
@@ -199,7 +200,7 @@ def test_a_hop_goes_through_the_master_its_sender_warmed_and_none_outlives_the_d
     spec = cluster_spec.from_file(cluster)
     sender, child = spec.hosts[1], spec.hosts[2]
     marker = f"rlbox-deliver-t{secrets.token_hex(3)}"
-    agent = deliver.agent_for([sender, child])
+    agent = links.agent_for([sender, child])
     control = ssh_base(child) + ["-o", f"ControlPath={dstream.control_path(marker)}"]
 
     def on_sender(words: list[str]) -> subprocess.CompletedProcess:  # no -A: no agent on the sender
@@ -238,6 +239,38 @@ def test_a_hop_goes_through_the_master_its_sender_warmed_and_none_outlives_the_d
         assert not list(Path.home().glob(f".{marker}-*")) and leftovers() == []
     finally:
         agent.close()
+
+
+def test_the_gathers_sessions_leave_masters_every_later_session_uses_and_the_delivery_ends(hosts, cluster, images):
+    """links_for: the gather's session to each node leaves a master on this machine; a later session
+    with the links' options gets in through it alone (its own key is one that no host accepts, so
+    without the master it is refused), and carries the agent; closing the links ends every master
+    and removes their directory."""
+    from dataclasses import replace
+
+    from rlbox.delivery import stream as dstream
+
+    spec = cluster_spec.from_file(cluster)
+    image = f"{TAG}-one:1"
+    stranger = [replace(h, identity_file="/nonexistent/key") for h in spec.hosts]
+    with links.links_for(spec.hosts) as linked:
+        masters = linked.masters
+        assert masters and len(masters) + 41 <= links.SOCKET_MAX
+        refused = subprocess.run(dstream.on_host(stranger[0], ["true"], *linked.options()), capture_output=True,
+                                 text=True, timeout=60, env=linked.env)
+        assert refused.returncode == 255, refused  # no master yet: its own connection, refused
+        plan, by_label = deliver.make_plan(image, spec.hosts, links=linked)
+        assert plan.needed and len(list(Path(masters).iterdir())) == len(hosts)
+        for host in stranger:
+            through = subprocess.run(dstream.on_host(host, ["ssh-add", "-l"], *linked.options()), capture_output=True,
+                                     text=True, timeout=60, env=linked.env)
+            assert through.returncode == 0 and "no identities" not in through.stdout, through
+        deliver.carry_out(plan, by_label, lambda line: None, links=linked)
+        assert len(list(Path(masters).iterdir())) == len(hosts)  # the delivery's sessions went through them
+    assert not Path(masters).exists() and linked.agent is None
+    assert subprocess.run(["pgrep", "-f", masters], capture_output=True).returncode == 1
+    assert [h.image_id(image) for h in hosts] == [images["one"]] * 3
+    assert_no_leftovers()
 
 
 def test_run_delivers_and_refuses_a_different_image(hosts, cluster, images):

@@ -10,6 +10,7 @@ import click
 from rlbox.cli.common import checked_image, err, note, out
 from rlbox.delivery import execute as deliver
 from rlbox.delivery import plan as delivery
+from rlbox.delivery.links import links_for
 from rlbox.cluster import spec as cluster_spec
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -48,19 +49,22 @@ def distribute_cmd(image, hosts, cluster_file, source, via, no_pull, force, dry_
     if bool(hosts) == bool(cluster_file):
         raise RlboxError("say where: --hosts H1,H2,... or --cluster FILE (one of them)")
     spec = cluster_spec.from_hosts(hosts) if hosts else cluster_spec.from_file(cluster_file)
-    plan, by_label = deliver.make_plan(image, spec.hosts, force=force, via=via, source=source, pull=not no_pull)
-    if dry_run:
-        out.print(plan.describe(), end="")
-        return
-    refused = delivery.refusal(plan)
-    if refused:
-        raise RlboxError(refused)
-    for line in plan.describe().splitlines():
-        note(line)
-    if not plan.needed:
-        return
-    with engine.sigterm_as_interrupt():  # Ctrl-C and SIGTERM: one cleanup path, never interrupted itself
-        report = deliver.carry_out(plan, by_label, note, tty=err.is_terminal)
+    # Ctrl-C and SIGTERM: one cleanup path, never interrupted itself; the links (the connections every
+    # session of the delivery shares) end with it
+    with engine.sigterm_as_interrupt(), links_for(spec.hosts, agent=via == "chain" and not dry_run) as links:
+        plan, by_label = deliver.make_plan(image, spec.hosts, force=force, via=via, source=source, pull=not no_pull,
+                                           links=links)
+        if dry_run:
+            out.print(plan.describe(), end="")
+            return
+        refused = delivery.refusal(plan)
+        if refused:
+            raise RlboxError(refused)
+        for line in plan.describe().splitlines():
+            note(line)
+        if not plan.needed:
+            return
+        report = deliver.carry_out(plan, by_label, note, tty=err.is_terminal, links=links)
     how = []
     if report.delivered:
         how.append(f"streamed to {len(report.delivered)} ({delivery.human(report.sent)} sent)")

@@ -34,6 +34,7 @@ from rlbox.core.errors import RlboxError, last_line
 from rlbox.delivery import plan as delivery
 from rlbox.delivery.plan import DeliveryPlan, ImageFacts, NodeFacts
 from rlbox.delivery.progress import Progress
+from rlbox.delivery.links import Links, links_for
 from rlbox.delivery.stream import Stream, on_host
 from rlbox.registry.reference import Reference
 
@@ -88,9 +89,10 @@ def unique_hosts(hosts: tuple[Host, ...]) -> dict[str, Host]:
     return out
 
 
-def _run(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+def _run(argv: list[str], timeout: float = 120, links: Links | None = None) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout)
+        return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout,
+                              env=links.env if links else None)
     except FileNotFoundError as err:
         return subprocess.CompletedProcess(argv, 127, "", f"{err.filename}: not found")
     except subprocess.TimeoutExpired:
@@ -109,9 +111,10 @@ def parse_gathered(name: str, text: str) -> NodeFacts:
     return NodeFacts(name, image, frozenset(chains))
 
 
-def gather_one(label: str, host: Host | None, image: str, layers: str = "-") -> NodeFacts:
+def gather_one(label: str, host: Host | None, image: str, layers: str = "-", links: Links | None = None) -> NodeFacts:
     """One node's facts in one session; ``layers`` as GATHER_SCRIPT's $2."""
-    proc = _run(on_host(host, ["sh", "-c", GATHER_SCRIPT, "rlbox-gather", image, layers]))
+    words = ["sh", "-c", GATHER_SCRIPT, "rlbox-gather", image, layers]
+    proc = _run(on_host(host, words, *(links.options() if links else ())), links=links)
     if proc.returncode != 0:
         where = "this machine" if host is None else label
         raise RlboxError(f"{where}: cannot ask its Docker engine what it holds ({last_line(proc.stderr)})")
@@ -128,8 +131,8 @@ def local_image(image: str) -> ImageFacts | None:
         return None
 
 
-def gather(image: str, hosts: dict[str, Host], layers: str = "-") -> tuple[NodeFacts, ...]:
-    facts, errors = on_every(lambda item: gather_one(item[0], item[1], image, layers), list(hosts.items()))
+def gather(image: str, hosts: dict[str, Host], layers: str = "-", links: Links | None = None) -> tuple[NodeFacts, ...]:
+    facts, errors = on_every(lambda item: gather_one(item[0], item[1], image, layers, links), list(hosts.items()))
     if errors:
         raise errors[0]
     return tuple(facts)
@@ -144,14 +147,16 @@ def check_image(image: str) -> Reference:
 
 def make_plan(image: str, hosts: tuple[Host, ...], *, force: bool = False, via: str = "chain",
               source: str | None = None, pull: bool = True,
-              fanout: int | None = None) -> tuple[DeliveryPlan, dict[str, Host]]:
-    """Gather every node's facts (layers only where the image is missing) and plan."""
+              fanout: int | None = None, links: Links | None = None) -> tuple[DeliveryPlan, dict[str, Host]]:
+    """Gather every node's facts (layers only where the image is missing) and plan; ``links``: the
+    delivery's connections (links.links_for), whose masters the gather's sessions make."""
     ref = check_image(image)
     by_label = unique_hosts(hosts)
     local = local_image(image)
     # a node lacking the image (or holding another under the name) lists the layers it holds in the same
     # session: they decide what the stream may leave out
-    first = gather(image, by_label, layers=f"unless-held:{local.id}" if local is not None else "unless-held")
+    first = gather(image, by_label, layers=f"unless-held:{local.id}" if local is not None else "unless-held",
+                   links=links)
     # a bare `localhost/` names no registry to pull from: it is how images built here are named
     registry = ref.registry if pull and ref.registry not in (None, "localhost") else None
     try:
@@ -160,48 +165,6 @@ def make_plan(image: str, hosts: tuple[Host, ...], *, force: bool = False, via: 
     except delivery.PlanError as err:
         raise RlboxError(str(err)) from None
     return p, by_label
-
-
-# ---------------------------------------------------------------------------------------------
-# The agent a chain forwards (nodes ssh to each other with rlbox's key, never a copy of it).
-
-
-@dataclass
-class Agent:
-    env: dict[str, str]
-    pid: int | None = None
-    workdir: tempfile.TemporaryDirectory | None = None
-
-    def close(self) -> None:
-        if self.pid:
-            try:
-                os.kill(self.pid, 15)
-            except ProcessLookupError:
-                pass
-        if self.workdir is not None:
-            self.workdir.cleanup()
-
-
-def agent_for(hosts: list[Host]) -> Agent | None:
-    """A private ssh-agent holding the cluster file's key(s) for the length of the delivery, else
-    the user's own agent (SSH_AUTH_SOCK); None when there is neither."""
-    keys = sorted({os.path.expanduser(h.identity_file) for h in hosts if h.identity_file})
-    if not keys:
-        return Agent(dict(os.environ)) if os.environ.get("SSH_AUTH_SOCK") else None
-    if shutil.which("ssh-agent") is None or shutil.which("ssh-add") is None:
-        return None
-    workdir = tempfile.TemporaryDirectory(prefix="rlbox-agent-")
-    sock = os.path.join(workdir.name, "agent.sock")
-    proc = _run(["ssh-agent", "-s", "-a", sock], timeout=20)
-    pid = next((int(p.split(";")[0].split("=")[1]) for p in proc.stdout.split()
-                if p.startswith("SSH_AGENT_PID=")), None)
-    agent = Agent(dict(os.environ, SSH_AUTH_SOCK=sock), pid, workdir)
-    added = subprocess.run(["ssh-add", "-q", *keys], env=agent.env, capture_output=True, text=True,
-                           stdin=subprocess.DEVNULL, timeout=20)
-    if proc.returncode != 0 or pid is None or added.returncode != 0:
-        agent.close()
-        return None
-    return agent
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,10 +179,12 @@ class Report:
     sent: int
 
 
-def pull_all(plan: DeliveryPlan, hosts: dict[str, Host], progress: Progress) -> tuple[list[str], dict[str, str]]:
+def pull_all(plan: DeliveryPlan, hosts: dict[str, Host], progress: Progress,
+             links: Links | None = None) -> tuple[list[str], dict[str, str]]:
     def pull(name: str) -> tuple[str, str | None]:
         progress.set(name, "pulling")
-        proc = _run(on_host(hosts[name], ["docker", "pull", "-q", "--", plan.image]), timeout=24 * 3600)
+        words = ["docker", "pull", "-q", "--", plan.image]
+        proc = _run(on_host(hosts[name], words, *(links.options() if links else ())), timeout=24 * 3600, links=links)
         if proc.returncode == 0:
             progress.set(name, "pulled")
             return name, None
@@ -232,31 +197,35 @@ def pull_all(plan: DeliveryPlan, hosts: dict[str, Host], progress: Progress) -> 
     return [n for n, e in results if e is None], {n: e for n, e in results if e is not None}
 
 
-def verify(plan: DeliveryPlan, hosts: dict[str, Host], names: tuple[str, ...]) -> dict[str, str | None]:
+def verify(plan: DeliveryPlan, hosts: dict[str, Host], names: tuple[str, ...],
+           links: Links | None = None) -> dict[str, str | None]:
     """Every named node's image id under the name now (None: absent)."""
-    facts = gather(plan.image, {n: hosts[n] for n in names})
+    facts = gather(plan.image, {n: hosts[n] for n in names}, links=links)
     return {f.name: f.image.id if f.image else None for f in facts}
 
 
 def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bool = False,
-              mode: str = "load") -> Report:
+              mode: str = "load", links: Links | None = None) -> Report:
     """Deliver the image to the plan's targets; verify each by image id; on any failure or
     Ctrl-C end every process, say per node what it holds, and raise naming the nodes.
     ``mode="discard"`` (bench/distribute.py): every node reads the stream into `cat > /dev/null`
-    instead of `docker load`, nothing is verified: the topology's own cost."""
+    instead of `docker load`, nothing is verified: the topology's own cost. ``links``: the
+    connections the plan's gather made (links.links_for); without them, made here and closed."""
     refused = delivery.refusal(plan)
     if refused:
         raise RlboxError(refused)
+    if links is None:
+        with links_for(list(hosts.values()), agent=plan.via == "chain") as own:
+            return carry_out(plan, hosts, echo, tty=tty, mode=mode, links=own)
     started = time.monotonic()
     progress = Progress(plan, echo, tty)
     pulled: list[str] = []
     remaining = plan.order
     streams: list[Stream] = []
-    agent: Agent | None = None
     progress.start()
     try:
         if plan.registry:
-            pulled, failed = pull_all(plan, hosts, progress)
+            pulled, failed = pull_all(plan, hosts, progress, links)
             remaining = tuple(n for n in plan.order if n in failed)
             if remaining and not plan.source:
                 raise RlboxError("; ".join(f"{n}: docker pull {plan.image} failed ({why})" for n, why in failed.items()))
@@ -267,15 +236,13 @@ def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bo
             chain = [hosts[n] for n in remaining if not hosts[n].local]
             via = plan.via
             from_node = plan.source not in (None, "local")
-            if via == "chain" and (len(chain) > 1 or (chain and from_node)):
-                agent = agent_for(chain + ([hosts[plan.source]] if from_node else []))
-                if agent is None:
-                    echo("no ssh agent to forward (no identity_file, no SSH_AUTH_SOCK): "
-                         "streaming to each node from this machine")
-                    via = "launcher"
+            if via == "chain" and (len(chain) > 1 or (chain and from_node)) and links.agent is None:
+                echo("no ssh agent to forward (no identity_file, no SSH_AUTH_SOCK): "
+                     "streaming to each node from this machine")
+                via = "launcher"
             sub = delivery.regroup(replace(plan, via=via), remaining)
-            env = agent.env if agent else dict(os.environ)
-            streams = [Stream(sub, hosts, progress, env, group=g, mode=mode) for g in sub.groups]
+            streams = [Stream(sub, hosts, progress, links.env, group=g, mode=mode, options=links.options())
+                       for g in sub.groups]
             _run_all(streams)
             failures = {n: why for s in streams for n, why in s.failures().items()}
             if failures:
@@ -285,24 +252,22 @@ def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bo
         for s in streams:
             s.stop()
         progress.stop()
-        raise RlboxError("interrupted; " + _aftermath(plan, hosts), exit_code=130) from None
+        raise RlboxError("interrupted; " + _aftermath(plan, hosts, links), exit_code=130) from None
     except RlboxError as err:
         for s in streams:
             s.stop()
         progress.stop()
-        raise RlboxError(f"{err}; {_aftermath(plan, hosts)}") from None
+        raise RlboxError(f"{err}; {_aftermath(plan, hosts, links)}") from None
     except BaseException:
         for s in streams:
             s.stop()
         raise
     finally:
         progress.stop()
-        if agent is not None and agent.pid:
-            agent.close()
     sent = progress.sent
     if mode == "discard":
         return Report(tuple(n for n in plan.order if n not in pulled), tuple(pulled), time.monotonic() - started, sent)
-    now = verify(plan, hosts, plan.order)
+    now = verify(plan, hosts, plan.order, links)
     want = plan.image_id or next(iter(now.values()), None)
     wrong = {n: i for n, i in now.items() if i != want}
     if wrong:
@@ -338,12 +303,12 @@ def _run_all(streams: list[Stream]) -> None:
         raise errors[0]
 
 
-def _aftermath(plan: DeliveryPlan, hosts: dict[str, Host]) -> str:
+def _aftermath(plan: DeliveryPlan, hosts: dict[str, Host], links: Links) -> str:
     """What every receiving node holds after a failure: the right image, or nothing new (a node
     that cannot be asked is said so)."""
     def state(name: str):
         try:
-            facts = gather_one(name, hosts[name], plan.image)
+            facts = gather_one(name, hosts[name], plan.image, links=links)
         except RlboxError as err:
             return err
         return facts.image.id if facts.image else None
@@ -372,20 +337,21 @@ def ensure(image: str, hosts: tuple[Host, ...], echo: Echo, *, missing_hint: str
         local = local_image(image)
         if local is None or local.id == held[0]:
             return None
-    try:
-        p, by_label = make_plan(image, hosts)
-    except RlboxError as err:
-        if "neither on this machine nor on any node" in str(err):
-            first = hosts[0].name if hosts else "?"
-            raise RlboxError(f"{first}: image {image} is not present; {missing_hint}") from None
-        raise
-    refused = delivery.refusal(p)
-    if refused:
-        raise RlboxError(refused)
-    if not p.needed:
-        return None
-    for line in p.describe().splitlines():
-        echo(f"deliver: {line}")
-    report = carry_out(p, by_label, echo, tty=tty)
+    with links_for(hosts) as links:
+        try:
+            p, by_label = make_plan(image, hosts, links=links)
+        except RlboxError as err:
+            if "neither on this machine nor on any node" in str(err):
+                first = hosts[0].name if hosts else "?"
+                raise RlboxError(f"{first}: image {image} is not present; {missing_hint}") from None
+            raise
+        refused = delivery.refusal(p)
+        if refused:
+            raise RlboxError(refused)
+        if not p.needed:
+            return None
+        for line in p.describe().splitlines():
+            echo(f"deliver: {line}")
+        report = carry_out(p, by_label, echo, tty=tty, links=links)
     echo(f"deliver: {image} on {len(p.targets)} node(s) in {report.seconds:.1f} s, verified by image id")
     return report

@@ -252,6 +252,7 @@ class Stream:
     env: dict[str, str]
     group: delivery.Group | None = None  # None: the plan's only group
     mode: str = "load"  # or "discard": the bench's `cat > /dev/null` instead of docker load
+    options: tuple[str, ...] = ()  # of every ssh this machine runs: through the node's master (delivery.links)
     marker: str = field(default_factory=lambda: f"rlbox-deliver-{secrets.token_hex(4)}")
     results: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (loaded|failed, detail)
     sinks: list[Sink] = field(default_factory=list)
@@ -277,7 +278,11 @@ class Stream:
         for name, parent in edges:
             sender = parent or source
             if sender:
-                self.warm.append(on_host(self.hosts[sender], warm_words(self.hosts[name], self.marker), "-A"))
+                self.warm.append(self.on(sender, warm_words(self.hosts[name], self.marker), "-A"))
+
+    def on(self, name: str, words: list[str], *options: str) -> list[str]:
+        """The argv running ``words`` on node ``name`` from this machine."""
+        return on_host(self.hosts[name], words, *options, *self.options)
 
     def build(self, names: tuple[str, ...]) -> None:
         remote = tuple(n for n in names if not self.hosts[n].local)
@@ -288,21 +293,20 @@ class Stream:
             return
         if self.plan.via == "launcher":
             for n in remote:
-                self.sinks.append(Sink(on_host(self.hosts[n], self.node_words(n)), (n,)))
+                self.sinks.append(Sink(self.on(n, self.node_words(n)), (n,)))
             return
         edges = delivery.tree(remote, self.plan.fanout)
         if self.plan.source not in (None, "local"):  # the source node feeds the tree itself
             self.direct = True
-            src = self.hosts[self.plan.source]
             words = self.node_words(self.plan.source, self.entries(edges), image=self.plan.image)
-            self.sinks.append(Sink(on_host(src, words, "-A"), remote))
+            self.sinks.append(Sink(self.on(self.plan.source, words, "-A"), remote))
             self.warm_up(edges, self.plan.source)
             return
         if len(remote) == 1:
-            self.sinks.append(Sink(on_host(self.hosts[remote[0]], self.node_words(remote[0])), remote))
+            self.sinks.append(Sink(self.on(remote[0], self.node_words(remote[0])), remote))
             return
         words = self.node_words(remote[0], self.entries(edges[1:]))
-        self.sinks.append(Sink(on_host(self.hosts[remote[0]], words, "-A"), remote))
+        self.sinks.append(Sink(self.on(remote[0], words, "-A"), remote))
         self.warm_up(edges[1:])
 
     def _read_reports(self, sink: Sink) -> None:
@@ -322,7 +326,7 @@ class Stream:
 
     def source_argv(self) -> list[str]:
         words = ["docker", "save", "--", self.plan.image]
-        return words if self.plan.source == "local" else on_host(self.hosts[self.plan.source], words)
+        return words if self.plan.source == "local" else self.on(self.plan.source, words)
 
     def _start(self, sink: Sink) -> None:
         sink.proc = subprocess.Popen(sink.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
