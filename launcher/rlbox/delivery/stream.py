@@ -273,11 +273,13 @@ class Stream:
         """The hop prefixes and the pre-order entries of ``edges`` (a subtree, root first)."""
         return entries(edges, {name: hop(self.hosts[name], self.marker) for name, _ in edges})
 
-    def warm_up(self, edges: tuple[tuple[str, str], ...], source: str | None = None) -> None:
-        """A warm-up per hop of ``edges`` whose sender is a node (parent "" is ``source``, when a node)."""
+    def warm_up(self, edges: tuple[tuple[str, str], ...], first: str) -> None:
+        """A warm-up per hop of ``edges`` whose sender is a node below ``first`` (parent "" is ``first``).
+        Not ``first``'s own hops: the launcher's session starts its script at once, which makes them
+        before a warm-up could (one made beside them is a second key exchange at the same moment)."""
         for name, parent in edges:
-            sender = parent or source
-            if sender:
+            sender = parent or first
+            if sender != first:
                 self.warm.append(self.on(sender, warm_words(self.hosts[name], self.marker), "-A"))
 
     def on(self, name: str, words: list[str], *options: str) -> list[str]:
@@ -307,7 +309,7 @@ class Stream:
             return
         words = self.node_words(remote[0], self.entries(edges[1:]))
         self.sinks.append(Sink(self.on(remote[0], words, "-A"), remote))
-        self.warm_up(edges[1:])
+        self.warm_up(edges[1:], remote[0])
 
     def _read_reports(self, sink: Sink) -> None:
         for raw_line in sink.proc.stderr:
