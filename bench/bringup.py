@@ -464,6 +464,12 @@ def main() -> int:
     if args.perf and shutil.which("perf") is None:
         raise SystemExit("bench: --perf needs perf (linux-perf)")
     sizes = [1] if args.quick else args.hosts
+    # each measurement starts on a quiet machine; not --quick's (CI: its figures are no measure, and the
+    # machine is never quiet while the other test groups run: each wait would end only at its limit)
+    def settled(label: str) -> None:
+        if not args.quick:
+            settle(label)
+
     image = f"localhost/rlbox/sim:{launch.host_arch_variant()}"
     if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
         raise SystemExit(f"bench: {image} missing; run `make sim-image`")
@@ -489,7 +495,7 @@ def main() -> int:
                 break
             memory.label = n
             cluster = bed.cluster(n, runs)
-            settle(f"{n} host(s): rlbox")
+            settled(f"{n} host(s): rlbox")
             x = rlbox_bringup(n, cluster, runs, args.name, perf=args.perf)
             r = x["ready"]
             print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
@@ -501,10 +507,10 @@ def main() -> int:
             # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
             # under load some never do); it is said, its containers removed, and the bench goes on
             if not args.no_seed:
-                settle(f"{n} host(s): (a)")
+                settled(f"{n} host(s): (a)")
             a, a_down = (float("nan"), float("nan")) if args.no_seed else baseline(
                 lambda: seed_script(bed, n, image), bed, n, "rlbox-bench-seed", "(a)")
-            settle(f"{n} host(s): (b)")
+            settled(f"{n} host(s): (b)")
             b, b_down = baseline(lambda: parallel_bare(bed, n, image), bed, n, "rlbox-bench-bare", "(b)")
             results.append({"hosts": n, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
                             "rlbox_teardown_s": round(x["teardown"], 2), "rlbox_phases": x["phases"], "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),

@@ -18,10 +18,8 @@ did arrive is checked by image id afterwards.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -89,7 +87,9 @@ def unique_hosts(hosts: tuple[Host, ...]) -> dict[str, Host]:
     return out
 
 
-def _run(argv: list[str], timeout: float = 120, links: Links | None = None) -> subprocess.CompletedProcess:
+def _run(host: Host | None, words: list[str], links: Links | None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``words`` on ``host`` (None: this machine), over the delivery's links when given."""
+    argv = on_host(host, words, *(links.options() if links else ()))
     try:
         return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout,
                               env=links.env if links else None)
@@ -113,8 +113,7 @@ def parse_gathered(name: str, text: str) -> NodeFacts:
 
 def gather_one(label: str, host: Host | None, image: str, layers: str = "-", links: Links | None = None) -> NodeFacts:
     """One node's facts in one session; ``layers`` as GATHER_SCRIPT's $2."""
-    words = ["sh", "-c", GATHER_SCRIPT, "rlbox-gather", image, layers]
-    proc = _run(on_host(host, words, *(links.options() if links else ())), links=links)
+    proc = _run(host, ["sh", "-c", GATHER_SCRIPT, "rlbox-gather", image, layers], links)
     if proc.returncode != 0:
         where = "this machine" if host is None else label
         raise RlboxError(f"{where}: cannot ask its Docker engine what it holds ({last_line(proc.stderr)})")
@@ -183,8 +182,7 @@ def pull_all(plan: DeliveryPlan, hosts: dict[str, Host], progress: Progress,
              links: Links | None = None) -> tuple[list[str], dict[str, str]]:
     def pull(name: str) -> tuple[str, str | None]:
         progress.set(name, "pulling")
-        words = ["docker", "pull", "-q", "--", plan.image]
-        proc = _run(on_host(hosts[name], words, *(links.options() if links else ())), timeout=24 * 3600, links=links)
+        proc = _run(hosts[name], ["docker", "pull", "-q", "--", plan.image], links, timeout=24 * 3600)
         if proc.returncode == 0:
             progress.set(name, "pulled")
             return name, None
