@@ -32,7 +32,7 @@ from rlbox.core.errors import RlboxError, last_line
 from rlbox.delivery import plan as delivery
 from rlbox.delivery.plan import DeliveryPlan, ImageFacts, NodeFacts
 from rlbox.delivery.progress import Progress
-from rlbox.delivery.links import Links, links_for
+from rlbox.delivery.links import MAX_SESSIONS, Links, links_for
 from rlbox.delivery.stream import Stream, on_host
 from rlbox.registry.reference import Reference
 
@@ -87,9 +87,11 @@ def unique_hosts(hosts: tuple[Host, ...]) -> dict[str, Host]:
     return out
 
 
-def _run(host: Host | None, words: list[str], links: Links | None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``words`` on ``host`` (None: this machine), over the delivery's links when given."""
-    argv = on_host(host, words, *(links.options() if links else ()))
+def _run(host: Host | None, words: list[str], links: Links | None, timeout: float = 120,
+         chain: bool = False) -> subprocess.CompletedProcess:
+    """``words`` on ``host`` (None: this machine), over the delivery's links when given (``chain``:
+    a session that makes the node's master and gets the agent, Links.options)."""
+    argv = on_host(host, words, *(links.options(chain) if links else ()))
     try:
         return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout,
                               env=links.env if links else None)
@@ -111,9 +113,11 @@ def parse_gathered(name: str, text: str) -> NodeFacts:
     return NodeFacts(name, image, frozenset(chains))
 
 
-def gather_one(label: str, host: Host | None, image: str, layers: str = "-", links: Links | None = None) -> NodeFacts:
-    """One node's facts in one session; ``layers`` as GATHER_SCRIPT's $2."""
-    proc = _run(host, ["sh", "-c", GATHER_SCRIPT, "rlbox-gather", image, layers], links)
+def gather_one(label: str, host: Host | None, image: str, layers: str = "-", links: Links | None = None,
+               first: bool = False) -> NodeFacts:
+    """One node's facts in one session; ``layers`` as GATHER_SCRIPT's $2; ``first``: the delivery's
+    first session to the node, which leaves its master (with the agent, for the chain)."""
+    proc = _run(host, ["sh", "-c", GATHER_SCRIPT, "rlbox-gather", image, layers], links, chain=first)
     if proc.returncode != 0:
         where = "this machine" if host is None else label
         raise RlboxError(f"{where}: cannot ask its Docker engine what it holds ({last_line(proc.stderr)})")
@@ -130,8 +134,10 @@ def local_image(image: str) -> ImageFacts | None:
         return None
 
 
-def gather(image: str, hosts: dict[str, Host], layers: str = "-", links: Links | None = None) -> tuple[NodeFacts, ...]:
-    facts, errors = on_every(lambda item: gather_one(item[0], item[1], image, layers, links), list(hosts.items()))
+def gather(image: str, hosts: dict[str, Host], layers: str = "-", links: Links | None = None,
+           first: bool = False) -> tuple[NodeFacts, ...]:
+    facts, errors = on_every(lambda item: gather_one(item[0], item[1], image, layers, links, first),
+                             list(hosts.items()))
     if errors:
         raise errors[0]
     return tuple(facts)
@@ -155,7 +161,7 @@ def make_plan(image: str, hosts: tuple[Host, ...], *, force: bool = False, via: 
     # a node lacking the image (or holding another under the name) lists the layers it holds in the same
     # session: they decide what the stream may leave out
     first = gather(image, by_label, layers=f"unless-held:{local.id}" if local is not None else "unless-held",
-                   links=links)
+                   links=links, first=True)
     # a bare `localhost/` names no registry to pull from: it is how images built here are named
     registry = ref.registry if pull and ref.registry not in (None, "localhost") else None
     try:
@@ -239,7 +245,10 @@ def carry_out(plan: DeliveryPlan, hosts: dict[str, Host], echo: Echo, *, tty: bo
                      "streaming to each node from this machine")
                 via = "launcher"
             sub = delivery.regroup(replace(plan, via=via), remaining)
-            streams = [Stream(sub, hosts, progress, links.env, group=g, mode=mode, options=links.options())
+            # a source node takes a session a group at once: more than sshd allows on one connection, and
+            # each stream makes its own connections
+            options = links.options() if len(sub.groups) < MAX_SESSIONS else ()
+            streams = [Stream(sub, hosts, progress, links.env, group=g, mode=mode, options=options)
                        for g in sub.groups]
             _run_all(streams)
             failures = {n: why for s in streams for n, why in s.failures().items()}

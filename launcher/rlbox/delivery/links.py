@@ -26,7 +26,11 @@ from rlbox.cluster.hosts import on_every
 from rlbox.cluster.spec import Host
 
 PERSIST = 60  # seconds a master outlives its last session (only when this process died before closing it)
-SOCKET_MAX = 100  # bytes of a unix socket's path (108 with the NUL on Linux; ssh's %C is 40)
+SOCKET_MAX = 107  # characters of a unix socket's path (108 bytes with the NUL on Linux)
+# after the directory: "/", ssh's %C (40), and while ssh binds the socket a temporary ".XXXXXXXXXXXXXXXX" (17;
+# OpenSSH's muxserver_listen binds that name, then renames it): a longer path and ssh exits 255
+SOCKET_SUFFIX = 1 + 40 + 17
+MAX_SESSIONS = 10  # sshd's default MaxSessions: sessions at once on one connection
 
 
 @dataclass
@@ -85,24 +89,43 @@ class Links:
     def env(self) -> dict[str, str]:
         return self.agent.env if self.agent else dict(os.environ)
 
-    def options(self) -> tuple[str, ...]:
+    def options(self, chain: bool = True) -> tuple[str, ...]:
+        """``chain``: a session of the chain (the gather, which makes the master, a stream's sessions):
+        it gets the agent when there is one. Otherwise (pulls, the verify, the report after a failure)
+        through a master when there is one, never making one, never with the agent."""
         if self.masters is None:
             return ()
+        path = ("-o", f"ControlPath={self.masters}/%C")
+        if not chain:
+            return ("-o", "ControlMaster=no", *path, "-o", "ForwardAgent=no")
         forward = ("-o", "ForwardAgent=yes") if self.agent else ()
-        return ("-o", "ControlMaster=auto", "-o", f"ControlPath={self.masters}/%C",
-                "-o", f"ControlPersist={PERSIST}", *forward)
+        return ("-o", "ControlMaster=auto", *path, "-o", f"ControlPersist={PERSIST}", *forward)
 
     def close(self) -> None:
-        """End every master there is (each socket in the directory, whichever session made it), then the agent."""
-        if self.masters is not None:
-            sockets = [os.path.join(self.masters, name) for name in sorted(os.listdir(self.masters))]
-            # the socket's path is the whole address: the host word is never resolved nor connected to
-            on_every(lambda sock: _run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "--", "rlbox-master"]), sockets)
-            shutil.rmtree(self.masters, ignore_errors=True)
-            self.masters = None
-        if self.agent is not None and self.agent.pid:
-            self.agent.close()
-        self.agent = None
+        """End every master there is (each socket in the directory, whichever session made it), then the
+        agent; the agent and the directory go however the masters' ending ends."""
+        masters, self.masters = self.masters, None
+        try:
+            if masters is not None:
+                _end_masters(masters)
+        finally:
+            if self.agent is not None and self.agent.pid:
+                self.agent.close()
+            self.agent = None
+
+
+def _end_masters(masters: str) -> None:
+    """``ssh -O exit`` to each master's socket in ``masters``, then the directory goes (however that ends)."""
+    try:
+        sockets = [os.path.join(masters, name) for name in sorted(os.listdir(masters))]
+    except OSError:  # gone (a tmp cleaner): the sockets with it; their masters end PERSIST after their last session
+        sockets = []
+    try:
+        # the socket's path is the whole address (no config read: the host word is never resolved)
+        on_every(lambda sock: _run(["ssh", "-F", "/dev/null", "-o", f"ControlPath={sock}", "-O", "exit",
+                                    "--", "rlbox-master"]), sockets)
+    finally:
+        shutil.rmtree(masters, ignore_errors=True)
 
 
 def _masters_dir() -> str | None:
@@ -112,7 +135,7 @@ def _masters_dir() -> str | None:
             path = tempfile.mkdtemp(prefix="rlbox-ssh-", dir=base)
         except OSError:
             continue
-        if len(path) + 41 <= SOCKET_MAX:
+        if len(path) + SOCKET_SUFFIX <= SOCKET_MAX:
             return path
         os.rmdir(path)
     return None
@@ -124,9 +147,11 @@ def links_for(hosts: tuple[Host, ...] | list[Host], agent: bool = True) -> Itera
     so with two nodes over ssh or more the agent is started now, before the first session (the
     masters forward it); never with ``--via launcher``, which forwards no agent to any node."""
     remote = [h for h in hosts if not h.local]
-    links = Links(agent_for(remote) if agent and len(remote) > 1 else None,
-                  _masters_dir() if remote and shutil.which("ssh") else None)
+    engines = {(h.ssh_user, h.name, h.ssh_port) for h in remote}  # a host named twice is one node to reach
+    links = Links()
     try:
+        links.masters = _masters_dir() if remote and shutil.which("ssh") else None
+        links.agent = agent_for(remote) if agent and len(engines) > 1 else None
         yield links
     finally:
         links.close()
