@@ -132,7 +132,7 @@ def _masters_dir() -> str | None:
     """A directory only this user can enter, short enough for a socket path; None: none can be made."""
     for base in (None, "/tmp"):
         try:
-            path = tempfile.mkdtemp(prefix="rlbox-ssh-", dir=base)
+            path = tempfile.mkdtemp(prefix="rlbox-mux-", dir=base)
         except OSError:
             continue
         if len(path) + SOCKET_SUFFIX <= SOCKET_MAX:
