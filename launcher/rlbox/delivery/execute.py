@@ -32,7 +32,7 @@ from rlbox.core.errors import RlboxError, last_line
 from rlbox.delivery import plan as delivery
 from rlbox.delivery.plan import DeliveryPlan, ImageFacts, NodeFacts
 from rlbox.delivery.progress import Progress
-from rlbox.delivery.links import MAX_SESSIONS, Links, links_for
+from rlbox.delivery.links import MAX_SESSIONS, Links, captured, engine_key, links_for
 from rlbox.delivery.stream import Stream, on_host
 from rlbox.registry.reference import Reference
 
@@ -69,11 +69,6 @@ fi
 # Reaching an engine: this machine's, or a node's over ssh.
 
 
-def engine_key(host: Host) -> tuple:
-    """Nodes with one key share one engine (the simulation's nodes, a host named twice)."""
-    return ("local",) if host.local else (host.ssh_user, host.name, host.ssh_port)
-
-
 def unique_hosts(hosts: tuple[Host, ...]) -> dict[str, Host]:
     """One host per engine, in cluster order, by label (the name; name:port when names repeat)."""
     seen, out = set(), {}
@@ -92,13 +87,7 @@ def _run(host: Host | None, words: list[str], links: Links | None, timeout: floa
     """``words`` on ``host`` (None: this machine), over the delivery's links when given (``chain``:
     a session that makes the node's master and gets the agent, Links.options)."""
     argv = on_host(host, words, *(links.options(chain) if links else ()))
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout,
-                              env=links.env if links else None)
-    except FileNotFoundError as err:
-        return subprocess.CompletedProcess(argv, 127, "", f"{err.filename}: not found")
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"no answer in {timeout:.0f} s")
+    return captured(argv, links.env if links else None, timeout)
 
 
 def parse_gathered(name: str, text: str) -> NodeFacts:

@@ -49,11 +49,19 @@ class Agent:
             self.workdir.cleanup()
 
 
-def _run(argv: list[str], env: dict[str, str] | None = None, timeout: float = 20) -> subprocess.CompletedProcess:
+def engine_key(host: Host) -> tuple:
+    """Nodes with one key share one engine (the simulation's nodes, a host named twice)."""
+    return ("local",) if host.local else (host.ssh_user, host.name, host.ssh_port)
+
+
+def captured(argv: list[str], env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``argv`` run to its end, its output captured; a missing program exits 127, no answer in time 124."""
     try:
         return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=timeout)
-    except (FileNotFoundError, subprocess.TimeoutExpired) as err:
-        return subprocess.CompletedProcess(argv, 127, "", str(err))
+    except FileNotFoundError as err:
+        return subprocess.CompletedProcess(argv, 127, "", f"{err.filename}: not found")
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"no answer in {timeout:.0f} s")
 
 
 def agent_for(hosts: list[Host]) -> Agent | None:
@@ -66,11 +74,11 @@ def agent_for(hosts: list[Host]) -> Agent | None:
         return None
     workdir = tempfile.TemporaryDirectory(prefix="rlbox-agent-")
     sock = os.path.join(workdir.name, "agent.sock")
-    proc = _run(["ssh-agent", "-s", "-a", sock])
+    proc = captured(["ssh-agent", "-s", "-a", sock], timeout=20)
     pid = next((int(p.split(";")[0].split("=")[1]) for p in proc.stdout.split()
                 if p.startswith("SSH_AGENT_PID=")), None)
     agent = Agent(dict(os.environ, SSH_AUTH_SOCK=sock), pid, workdir)
-    added = _run(["ssh-add", "-q", *keys], env=agent.env)
+    added = captured(["ssh-add", "-q", *keys], env=agent.env, timeout=20)
     if proc.returncode != 0 or pid is None or added.returncode != 0:
         agent.close()
         return None
@@ -122,8 +130,8 @@ def _end_masters(masters: str) -> None:
         sockets = []
     try:
         # the socket's path is the whole address (no config read: the host word is never resolved)
-        on_every(lambda sock: _run(["ssh", "-F", "/dev/null", "-o", f"ControlPath={sock}", "-O", "exit",
-                                    "--", "rlbox-master"]), sockets)
+        on_every(lambda sock: captured(["ssh", "-F", "/dev/null", "-o", f"ControlPath={sock}", "-O", "exit",
+                                        "--", "rlbox-master"], timeout=20), sockets)
     finally:
         shutil.rmtree(masters, ignore_errors=True)
 
@@ -147,7 +155,7 @@ def links_for(hosts: tuple[Host, ...] | list[Host], agent: bool = True) -> Itera
     so with two nodes over ssh or more the agent is started now, before the first session (the
     masters forward it); never with ``--via launcher``, which forwards no agent to any node."""
     remote = [h for h in hosts if not h.local]
-    engines = {(h.ssh_user, h.name, h.ssh_port) for h in remote}  # a host named twice is one node to reach
+    engines = {engine_key(h) for h in remote}  # a host named twice is one node to reach
     links = Links()
     try:
         links.masters = _masters_dir() if remote and shutil.which("ssh") else None
