@@ -127,7 +127,7 @@ def test_bad_gsm8k_input_is_one_line(tmp_path, ais_bench, stub_server, ais_datas
 
 
 def test_the_aisbench_venv_carries_bytecode_for_what_every_run_imports(ais_bench):
-    """.ci/provision installs AISBench with --compile-bytecode: its venv is root's and uv writes no .pyc by
+    """.ci/provision compiles the AISBench venv's bytecode: the venv is root's and uv writes no .pyc by
     default, so without it every `ais_bench` process (and each worker it starts) compiled torch, transformers
     and datasets from source again (measured: `import transformers, datasets` 14 s of CPU, 8 s with bytecode)."""
     probe = ("import importlib.util, os, sys\n"
