@@ -110,10 +110,13 @@ def test_a_model_the_image_cannot_see_is_not_checked_and_said(vllm_cpu_image, cl
 def test_with_no_vllm_platform_it_stops_before_vllm_and_says_so(vllm_cpu_image, model):
     """As in an NPU image on a machine with no NPU: vLLM resolves no platform, and cannot even build its
     argument parser (its defaults make a DeviceConfig). Simulated by taking the CPU build's platform
-    plugin away in the container before the script runs. verl's constructors still run (and reject)."""
+    plugin away in the container before the script runs, and its native ops with it: an NPU image's vLLM is
+    built with VLLM_TARGET_DEVICE=empty and has no ``vllm._C``, which vLLM with no platform imports (here the CPU
+    build's AVX-512 BF16 ``_C``: on an AVX2-only CPU, exit 132, SIGILL). verl's constructors still run (and reject)."""
     import json
 
     wrapper = ("import runpy, sys, vllm.platforms as p; p.builtin_platform_plugins['cpu'] = lambda: None; "
+               "sys.modules['vllm._C'] = None; "
                "sys.argv = ['verl_checks.py', sys.argv[1]]; runpy.run_path('/checks/verl_checks.py', run_name='__main__')")
     reqs = [request(), request("actor_rollout_ref.rollout.max_model_len=99999")]
     proc = subprocess.run(["docker", "run", "--rm", "--network", "none", "-e", "TORCH_DEVICE_BACKEND_AUTOLOAD=0",
