@@ -23,7 +23,7 @@ import tempfile
 import traceback
 
 KV_CACHE_BYTES = 256 << 20
-# "(EngineCore pid=36) ERROR 11-28 21:01:21 [core.py:1195] RuntimeError: Worker failed with error '...'"
+# "(EngineCore pid=36) ERROR 11-28 21:01:21 [FILE:LINE] RuntimeError: Worker failed with error '...'"
 PREFIX = re.compile(r"^(\([\w.-]+ pid=\d+\) )?((ERROR|WARNING|INFO) [\d-]+ [\d:]+ \[[^\]]*\] )?")
 EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt)|SystemExit)(: .*)?$")
 
