@@ -11,7 +11,7 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick log-on-loss faults docs rehearsal rehearsal-slurm rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run arm64-emulation validate-seeds
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick log-on-loss faults docs rehearsal rehearsal-slurm rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run chain arm64-emulation validate-seeds
 
 # `make help` lists every target, one a line (tests/test_make.py holds it to the rules below).
 help:
@@ -19,7 +19,8 @@ help:
 	@echo "make rehearsal          the production path on a 4-host A3 testbed (namespaces, own engines and sshd; root): image delivered, 64 NPUs, smoke job, teardown"
 	@echo "make rehearsal-slurm    the same through Slurm: testbed up --slurm (munged, slurmctld, slurmd per host), rlbox run --backend slurm --nodes 4"
 	@echo "make rehearsal-sim      the same on 4 simulated nodes (containers on this engine): where namespaces are not available"
-	@echo "make test               the whole test suite (engine tests included; what CI runs: .ci/run)"
+	@echo "make test               the whole test suite but the chain (engine tests included; what CI runs: .ci/run)"
+	@echo "make chain              the CPU training chain with vLLM: train through Slurm on 2 testbed hosts, lose a node, resume, merge, serve, AISBench (20-45 min)"
 	@echo "make setup              provision Docker engine + buildx + sshd, install rlbox into .venv (every target below runs it)"
 	@echo "make lint               hadolint over every rendered Dockerfile + render --check + lock --check"
 	@echo "make dockerfiles        re-render dockerfiles/ from images/, templates/, patches/"
@@ -49,7 +50,12 @@ setup:
 # TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 3
 test: setup
-	$(PYTHON) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+	$(PYTHON) -m pytest -q -m 'not chain' $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
+# The chain: real verl, vLLM's CPU build, Slurm, AISBench, one test of 20 min alone on 2 cores (44 min beside
+# the suite): a real-content check run and reported, not CI (`make test` leaves it out with -m 'not chain').
+chain: setup
+	$(PYTHON) -m pytest -q -n 0 -m chain tests/training/test_cpu_training.py
 
 sim-image: setup
 	bash tools/make-base-image.sh

@@ -130,6 +130,7 @@ def evaluated(server: str, label: str, runs: Path, datasets: Path, ais_bench: Pa
     return json.loads(out.read_text())
 
 
+@pytest.mark.chain  # `make chain`, not `make test`: 20 min alone here, 44 min beside the suite (CI)
 def test_verl_trains_with_vllm_loses_a_node_resumes_merges_serves_and_reports(bed, cpu_image, shared, runs, tmp_path,
                                                                               ais_bench):
     name = f"{PREFIX}train"
