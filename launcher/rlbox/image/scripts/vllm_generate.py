@@ -38,6 +38,12 @@ def root_cause(text: str) -> str | None:
     return found
 
 
+def said(err: BaseException) -> str:
+    """An exception's own last line (``Type: message``)."""
+    lines = [line for line in traceback.format_exception_only(type(err), err) if line.strip()]
+    return lines[-1].strip() if lines else repr(err)
+
+
 def start_engine(LLM, model: str):
     """LLM(...) with stderr, the children's too, copied to a file; on failure, the cause they wrote."""
     sys.stderr.flush()
@@ -56,7 +62,7 @@ def start_engine(LLM, model: str):
             written = log.read().decode("utf-8", "replace")
             sys.stderr.write(written)
             sys.stderr.flush()
-    own = traceback.format_exception_only(type(failed), failed)[-1].strip()
+    own = said(failed)
     cause = root_cause(written)
     return None, (f"{cause} (the engine said: {own})" if cause and cause != own else own)
 
@@ -78,8 +84,7 @@ def main() -> int:
             out["tokens"] = len(done.outputs[0].token_ids)
             out["ok"] = out["tokens"] > 0
     except BaseException as err:  # noqa: BLE001 - whatever stops the engine is the answer
-        lines = [line for line in traceback.format_exception_only(type(err), err) if line.strip()]
-        out["error"] = (lines[-1].strip() if lines else repr(err))[:300]
+        out["error"] = said(err)[:300]
     print(json.dumps(out), flush=True)
     return 0 if out["ok"] else 1
 
