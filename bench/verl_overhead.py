@@ -25,8 +25,8 @@ Docker engine and sshd; docs/testbed.md) instead of the simulation: `rlbox run -
 with its pre-flight, against `ray start` in a `--network host` container on each host's own engine
 (head on host 1, worker on host 2) and `main_ppo` in the head; the worker is killed on host 2's
 engine. The image reaches both hosts through `rlbox distribute` before anything is timed (its time
-is printed apart). Testbed name and subnet: RLBOX_BENCH_TESTBED (default tbv) and
-RLBOX_BENCH_TESTBED_SUBNET (default 10.201.8.0/24). Needs root. --no-doctor: rlbox run without its
+is printed apart). RLBOX_BENCH_PREFIX names its runs (default vl: vl-bench-0). Testbed name and
+subnet: RLBOX_BENCH_TESTBED (default tbv) and RLBOX_BENCH_TESTBED_SUBNET (default 10.201.8.0/24). Needs root. --no-doctor: rlbox run without its
 pre-flight (pre-flight wants 20 GiB free on each host; testbed hosts share this machine's disk).
 
 Needs the engine and this machine's CPU torch wheel (the image is built if missing, as the test does).
@@ -55,6 +55,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from support import verl_cpu  # noqa: E402
 
 FIRST_DEVICE, CPUS = 3, "4"  # Ray ports 23000-23999 (slot 3); see docs/cpu-training.md for --num-cpus
+# runs, containers and networks: PREFIX-0, PREFIX-hand-0-head, ... (tests/test_bench_quick.py gives its own prefix)
+PREFIX = os.environ.get("RLBOX_BENCH_PREFIX", "vl") + "-bench"
 TESTBED = os.environ.get("RLBOX_BENCH_TESTBED", "tbv")
 TESTBED_SUBNET = os.environ.get("RLBOX_BENCH_TESTBED_SUBNET", "10.201.8.0/24")
 
@@ -78,7 +80,7 @@ class Sim:
         return docker(*args, check=check)
 
     def hand_network(self, rep: int) -> list[str]:
-        net = f"vl-bench-hand-{rep}"
+        net = f"{PREFIX}-hand-{rep}"
         # its own subnet: an engine's next automatic pool can be 172.30.0.0/16, where rlbox's side, started at
         # the same time in --quick, takes its simulation network's /24 (sim.create_network)
         docker("network", "create", "--subnet", f"10.236.{rep % 250}.0/24", net)
@@ -88,10 +90,10 @@ class Sim:
         return ["--head", "--port", "6379", "--dashboard-host", "0.0.0.0"], [f"--address={head}:6379"]
 
     def address(self, node: int, container: str, rep: int) -> str:
-        return json.loads(docker("inspect", container))[0]["NetworkSettings"]["Networks"][f"vl-bench-hand-{rep}"]["IPAddress"]
+        return json.loads(docker("inspect", container))[0]["NetworkSettings"]["Networks"][f"{PREFIX}-hand-{rep}"]["IPAddress"]
 
     def hand_cleanup(self, rep: int) -> None:
-        docker("network", "rm", f"vl-bench-hand-{rep}", check=False)
+        docker("network", "rm", f"{PREFIX}-hand-{rep}", check=False)
 
     def down(self) -> None:
         pass
@@ -182,7 +184,7 @@ def docker(*args: str, check: bool = True) -> str:
 
 
 def with_rlbox(where, image: str, shared: Path, runs: Path, rep: int, first_only: bool = False) -> dict:
-    name = f"vl-bench-{rep}"
+    name = f"{PREFIX}-{rep}"
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", *where.cluster,
                              "--num-cpus", CPUS, "--image", image, "--recipe", "grpo-tiny-cpu", "--mount", f"{shared}:/data",
@@ -220,7 +222,7 @@ def verl_argv(npus: int) -> list[str]:
 
 
 def by_hand(where, image: str, shared: Path, rep: int, ckpt: str, npus: int, first_only: bool = False) -> dict:
-    head, worker = f"vl-bench-hand-{rep}-head", f"vl-bench-hand-{rep}-worker"
+    head, worker = f"{PREFIX}-hand-{rep}-head", f"{PREFIX}-hand-{rep}-worker"
     ray = ["ray", "start", "--block", "--disable-usage-stats", "--num-cpus", CPUS, "--resources", json.dumps({"NPU": npus})]
     argv = [a.replace("/data/ck-hand", ckpt) for a in verl_argv(npus)]
     common = ["--detach", *where.hand_network(rep), "--shm-size", "2g", "-v", f"{shared}:/data"]
