@@ -259,9 +259,10 @@ def test_the_launcher_raises_its_open_files_limit_for_many_hosts(hosts, soft, ha
     assert hosts_mod.files_wanted(hosts, soft, hard, infinity=-1) == expected
 
 
-def _engines(release, *hang: bool) -> list:
+def _engines(release, *hang: bool, slow: bool = False) -> list:
     """Nodes whose engine says "running" at once or, where ``hang``, only once ``release`` is set
-    (a host cut off the network: docker-py's call waits up to 120 s)."""
+    (a host cut off the network: docker-py's call waits up to 120 s, its ping too); ``slow``: an
+    engine that answers its ping at once but a container's inspection only then (a loaded engine)."""
 
     class Box_:
         status = "running"
@@ -275,7 +276,17 @@ def _engines(release, *hang: bool) -> list:
                 release.wait(30)
             return Box_()
 
-    return [type("N", (), {"client": type("C", (), {"containers": Containers(h)})()})() for h in hang]
+    class Client:
+        def __init__(self, hang):
+            self.containers, self.pings = Containers(hang), 0
+
+        def ping(self):
+            if self.containers.hang and not slow:
+                release.wait(30)
+            self.pings += 1
+            return True
+
+    return [type("N", (), {"client": Client(h)})() for h in hang]
 
 
 def test_an_engine_call_that_hangs_names_its_node_after_the_patience_not_the_client_timeout(monkeypatch):
@@ -321,6 +332,56 @@ def test_an_engine_silent_for_the_patience_is_named_then_not_at_the_next_look(mo
         assert time.monotonic() - began < 1.0  # the 30 s period did not hold it
     finally:
         release.set()
+
+
+def test_an_engine_that_refuses_is_named_after_the_patience_not_at_the_next_look(monkeypatch):
+    """A host's dockerd killed: every call fails at once (nothing is left out). The node is named once its
+    first failure is ENGINE_PATIENCE old, at the next tick, not up to a period later (bench/faults.py
+    dockerd-kill: 4.9 s from the kill with a 1 s period, over the 3.4 s of the quiet runs)."""
+    import time
+
+    class Refused:
+        containers = type("R", (), {"get": staticmethod(lambda name: (_ for _ in ()).throw(ConnectionError("refused")))})()
+
+        def ping(self):
+            raise ConnectionError("refused")
+
+    monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.6)
+    monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
+    w = watch.Watch(NODES[:1], ["c0"], [type("N", (), {"client": Refused()})()], None, every=30.0)
+    w.check()  # the first look: refused, silent from now
+    began = time.monotonic()
+    with pytest.raises(watch.NodeLost, match=r"node0 \(h0\), the Ray head, was lost: its engine has not answered"):
+        while time.monotonic() - began < 5:
+            w.check()
+            time.sleep(0.05)
+    assert time.monotonic() - began < 1.0  # the 30 s period did not hold it
+
+
+def test_a_slow_engine_that_answers_its_ping_is_not_a_lost_node(monkeypatch):
+    """A loaded machine: the engine takes longer than the patience to inspect a container (ci3, the last
+    CI: "its engine has not answered for 4 s", a node lost mid-run and the run failed) but answers its
+    ping: the node is not named; once the inspection comes back, the watch goes on as before."""
+    import threading
+    import time
+
+    monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.6)
+    monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
+    release = threading.Event()
+    nodes = _engines(release, False, True, slow=True)
+    w = watch.Watch(NODES[:2], ["c0", "c1"], nodes, None, every=0.0)
+    began = time.monotonic()
+    try:
+        while time.monotonic() - began < 2.0:  # more than three patiences
+            w.check()
+            time.sleep(0.05)
+        assert nodes[1].client.pings >= 3  # asked again and again while the inspection was out
+        assert not w.overdue(w.clock())
+    finally:
+        release.set()
+    time.sleep(0.1)
+    w.check()
+    assert w.boxes()[1].status == "running"
 
 
 TIMED_OUT = ("Exception: The current node timed out during startup. This could happen because some of the raylet "

@@ -28,7 +28,7 @@ from rlbox.core.errors import RlboxError
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 GONE = "gone"  # the container no longer exists
 UNREACHABLE = "unreachable"  # its engine does not answer
-ENGINE_PATIENCE = 3.0  # seconds an engine may not answer before its node counts as lost
+ENGINE_PATIENCE = 3.0  # seconds an engine may not answer (its ping neither) before its node counts as lost
 TABLE_TIMEOUT = 2.0  # seconds Ray's node table may take
 LOOK_WAIT = 1.0  # seconds a look waits for the engines' answers; a call still out then is an engine not answering
 TAIL_LINES = 12  # lines of an exited container's output read back (its last line is said; all are searched)
@@ -205,6 +205,8 @@ class Watch:
         self._silent_since: dict[int, float] = {}
         self._dashboard_down_since: float | None = None
         self._pending: dict[int, _Call] = {}  # per node, its engine call still out
+        self._pings: dict[int, _Call] = {}  # per node, its engine's ping, asked while a call of the node is out
+        self._heard: dict[int, float] = {}  # per node, when its engine last answered a ping
         self._table_call: _Call | None = None  # Ray's node table, asked and not answered yet
 
     def _box(self, index: int) -> Box:
@@ -240,11 +242,32 @@ class Watch:
         self._dashboard_down_since = None
         return table
 
+    def _ping(self, index: int) -> None:
+        self.nodes[index].client.ping()  # the engine's /_ping: no container, no lock, answered at once
+        self._heard[index] = self.clock()
+
+    def _silent(self, index: int, began: float) -> float:
+        """Seconds node ``index``'s engine has said nothing, counted from ``began`` (its call out
+        since then, or failing), or from its last answered ping when that came later."""
+        return self.clock() - max(began, self._heard.get(index, began))
+
+    def _still_out(self, index: int, call: _Call) -> Box:
+        """A node whose call has not come back: its engine is asked for a ping beside it (one at a
+        time), so an engine that answers, only slowly (a loaded machine: a container inspected while
+        the engine creates and removes others), is told from one cut off, stopped or frozen, whose
+        ping is as silent as the call. A slow call still ends at the client's timeout (120 s)."""
+        ping = self._pings.get(index)
+        if ping is None or ping.done.is_set():
+            self._pings[index] = _Call(self._ping, index, self.clock())
+        began = self._silent_since.setdefault(index, call.began)
+        return Box(UNREACHABLE, since=self._silent(index, began))
+
     def boxes(self) -> list[Box]:
         """What each node's engine says of its container, now. A call that has not come back within
         LOOK_WAIT (an engine behind a cut network hangs until the client's own timeout) is left running
-        and its node counted as not answering since the call began, so a host cut off is named after
-        ENGINE_PATIENCE, not after the client's timeout; its next call goes out once it has returned."""
+        and its node counted as not answering since the call began (or since its engine last answered
+        a ping: ``_still_out``), so a host cut off is named after ENGINE_PATIENCE, not after the
+        client's timeout, and a slow engine is not named; its next call goes out once it has returned."""
         now = self.clock()
         fresh = []
         for i in range(len(self.nodes)):
@@ -263,8 +286,7 @@ class Watch:
                     raise call.error
                 boxes.append(call.result)
             else:
-                since = self._silent_since.setdefault(i, call.began)
-                boxes.append(Box(UNREACHABLE, since=self.clock() - since))
+                boxes.append(self._still_out(i, call))
         return boxes
 
     def look(self) -> Loss | None:
@@ -291,9 +313,12 @@ class Watch:
         return judge(self.expected, boxes, table, down)
 
     def overdue(self, now: float) -> bool:
-        """An engine call still out for ENGINE_PATIENCE: its node is to be named now, not at the
-        next look (which may be up to ``every`` seconds away)."""
-        return any(now - call.began >= ENGINE_PATIENCE for call in self._pending.values())
+        """An engine silent for ENGINE_PATIENCE (a call still out, its ping unanswered as long, or
+        calls failing since then: an engine killed refuses them): its node is to be named now, not
+        at the next look (which may be up to ``every`` seconds away)."""
+        out = {i: call.began for i, call in self._pending.items()}
+        silent = {**out, **self._silent_since}
+        return any(now - max(began, self._heard.get(i, began)) >= ENGINE_PATIENCE for i, began in silent.items())
 
     def check(self, force: bool = False) -> None:
         """Raise NodeLost when a node is lost; at most once per ``every`` seconds unless forced, or
