@@ -44,7 +44,12 @@ def test_worker_lost_with_restarts_resumes_from_checkpoint_and_finishes(runs, tm
     steps = 8
     run = Run(runs, tmp_path / "shared", "t12-resume", steps, "--max-restarts", "2")
     run.wait_for("step:3 ")
+    held = _claims("t12-resume")
+    assert len(held) == 1 + 2 * 8 + 1, held  # its name, 8 NPUs on each node, its port block
     run.kill(1)
+    run.wait_for("resumed from step")
+    # held through the restart's teardown and bring-up: no other run could take its NPUs or its name meanwhile
+    assert _claims("t12-resume") == held
     code = run.finish()
     err, out = run.stderr(), run.stdout()
     assert code == 0, err[-3000:]
@@ -65,6 +70,12 @@ def test_worker_lost_with_restarts_resumes_from_checkpoint_and_finishes(runs, tm
     status = rlbox("status", "--name", "t12-resume", "--runs-dir", runs)
     assert f"restart 1/2: node1 (sim1), the worker, was lost" in status.stdout and f"resumed from step {step}" in status.stdout
     assert leftovers("t12-resume") == []
+
+
+def _claims(run: str) -> list[tuple[str, str]]:
+    """Run ``run``'s claims: each one's name and the run id holding it."""
+    boxes = docker.from_env().containers.list(all=True, filters={"label": f"io.rlbox.claim={run}"})
+    return sorted((b.name, b.labels.get("io.rlbox.claim-run-id", "")) for b in boxes)
 
 
 def test_head_lost_is_named_and_everything_is_removed(runs, tmp_path):

@@ -178,11 +178,12 @@ class Cluster:
         return watch.Box("running")
 
     # -- teardown -------------------------------------------------------------------------
-    def remove_own(self) -> None:
+    def remove_own(self, keep_claims: bool = False) -> None:
         """Remove this run id's containers, claims and network, nothing of another run of the
-        same name (one that took the name over with --replace keeps everything it holds)."""
+        same name (one that took the name over with --replace keeps everything it holds).
+        ``keep_claims``: a restart's teardown, the run's NPUs, ports and name still its own."""
         remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None,
-                   run_id=self.plan.run_id)
+                   run_id=self.plan.run_id, claims=not keep_claims)
 
     def teardown(self) -> None:
         if self._torn_down:
@@ -215,9 +216,10 @@ def _drop_name(plan: RunPlan, nodes: list[Node]) -> None:
 
 
 def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of: str | None = None,
-               run_id: str | None = None) -> int:
+               run_id: str | None = None, claims: bool = True) -> int:
     """Remove every container labelled with this run on every node (only run id ``run_id``'s
-    when given, with its claims), then the sim network (only ``run_id``'s, when given)."""
+    when given, with its claims unless not ``claims``), then the sim network (only ``run_id``'s,
+    when given)."""
     label = f"{LABEL_RUN_ID}={run_id}" if run_id else f"{LABEL_RUN}={run}"
 
     def remove(node: Node) -> set[str]:
@@ -230,7 +232,8 @@ def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of:
         for box in boxes:  # nodes may share one engine: a box may be gone already
             engine.remove_quietly(box)
         if run_id:
-            sharing.release_own(node.client, run, run_id)
+            if claims:
+                sharing.release_own(node.client, run, run_id)
         else:
             sharing.release(node.client, run, keep_claims_of)
         return {box.id for box in boxes}
@@ -377,7 +380,7 @@ def execute(
                     job = jobs.for_restart(plan.job, attempt)
                     client = submission = None
                     run.restart(attempt, max_restarts, cause, echo)
-                    cluster.remove_own()
+                    cluster.remove_own(keep_claims=True)  # no other run takes its NPUs or name meanwhile
                     cluster.addresses.clear()
                     cluster.reported.clear()
                     if before is not None:  # the pre-flight checks again, on every node
