@@ -72,6 +72,37 @@ def test_worker_lost_with_restarts_resumes_from_checkpoint_and_finishes(runs, tm
     assert leftovers("t12-resume") == []
 
 
+def test_a_head_whose_ray_start_timed_out_is_brought_up_again_and_the_job_runs(runs, tmp_path):
+    """The head's raylet frozen as it starts (SIGSTOP from inside its container, within 10 ms of its
+    start: it never registers, as a raylet whose GCS is starved of CPU): Ray's own start-up gives up
+    after its 30 s and the head's container exits with its words (ci3: bench/bringup.py --quick, a
+    loaded machine). The run brings the cluster up again, its claims kept, no restart spent, and the
+    job runs to the end."""
+    run = Run(runs, tmp_path / "shared", "t12-headup", 2, pause=0.2)
+    freeze = ["sh", "-c", "while ! pkill -STOP -x raylet; do sleep 0.01; done"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and run.proc.poll() is None:
+        try:
+            if docker.from_env().containers.get(run.container(0)).exec_run(freeze).exit_code == 0:
+                break
+        except (OSError, KeyError, ValueError, docker.errors.APIError):  # no record, no container, not started yet
+            pass
+        time.sleep(0.05)
+    else:
+        pytest.fail("the head's raylet was never frozen:\n" + run.stderr()[-2000:])
+    held = _claims("t12-headup")
+    run.wait_for("bringing the cluster up again (1/2)", timeout=150)
+    assert _claims("t12-headup") == held
+    code = run.finish()
+    err = run.stderr()
+    assert code == 0, err[-3000:]
+    assert ("node0 (sim0), the Ray head: Ray's start-up gave up (timed out during startup); "
+            "bringing the cluster up again (1/2)") in err
+    assert "restart" not in err and "cluster ready" in err
+    assert run.state()["status"] == "SUCCEEDED"
+    assert leftovers("t12-headup") == []
+
+
 def _claims(run: str) -> list[tuple[str, str]]:
     """Run ``run``'s claims: each one's name and the run id holding it."""
     boxes = docker.from_env().containers.list(all=True, filters={"label": f"io.rlbox.claim={run}"})

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from rlbox.cluster import launch
-from rlbox.cluster.execute import image_skew
+from rlbox.cluster.bringup import image_skew
 from rlbox.cluster.plan import NODE_SCRIPT
 
 

@@ -455,3 +455,48 @@ def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_after_the_se
     again = [line for line in said if "starting it again" in line]
     assert again == [f"node1 (h1): Ray's start-up gave up on the head (timed out during startup); "
                      f"starting it again ({k}/{watch.START_AGAIN})" for k in (1, 2)]
+
+
+@pytest.mark.parametrize("role, last, gives_up", [
+    ("head", TIMED_OUT, True),  # bringing the cluster up again is the cure (ci3: bench/bringup.py --quick, 1 host)
+    ("head", "Exception: something else", False),
+    ("head", "No node info found for head node in GCS", False),  # a worker's words, never the head's
+    ("worker", TIMED_OUT, False),  # a worker is started again on its own (start_again)
+])
+def test_a_head_that_timed_out_starting_ray_is_told_apart(role, last, gives_up):
+    node = Expected("node0 (h0)", role, "10.0.0.1")
+    assert watch.head_gave_up(node, Box("exited", 1, last, tail=(last,))) is gives_up
+    assert not watch.head_gave_up(node, Box("running"))
+
+
+def test_bring_up_raises_head_gave_up_for_a_head_whose_ray_start_timed_out(monkeypatch):
+    """Cluster.wait_ready: the head exited with Ray's start-up time-out is HeadGaveUp (the run then brings
+    the cluster up again, execute's loop), still a NodeLost naming the head for a caller that knows no more."""
+    from types import SimpleNamespace
+
+    from rlbox.cluster import execute, ray as ray_mod
+
+    class Container:
+        def __init__(self, name, status, line):
+            self.name, self.status, self.line, self.attrs = name, status, line, {"State": {"ExitCode": 1}}
+
+        def logs(self, tail=None):
+            return self.line.encode()
+
+    boxes = {"c0": Container("c0", "exited", f"{TIMED_OUT}\n"),
+             "c1": Container("c1", "running", "rlbox-node: worker on 10.0.0.2 (eth0), head 10.0.0.1:6379\n")}
+    engine = SimpleNamespace(containers=SimpleNamespace(get=lambda name: boxes[name]))
+    nodes = [SimpleNamespace(client=engine, close=lambda: None) for _ in boxes]
+    plan = SimpleNamespace(total_npus=16, nodes=[
+        SimpleNamespace(index=i, label=f"node{i} (h{i})", role=role, container=SimpleNamespace(name=f"c{i}", ip=None),
+                        host=SimpleNamespace(name=f"h{i}", address=f"10.0.0.{i + 1}"))
+        for i, role in enumerate(("head", "worker"))])
+    cluster = execute.Cluster(plan, nodes, lambda line: None, dashboard="http://127.0.0.1:1")
+    monkeypatch.setattr(ray_mod, "wait_for_npus", lambda base, expected, total, timeout, progress, alive_check: alive_check())
+    monkeypatch.setattr(watch, "period", lambda nodes: 0.0)
+    with pytest.raises(watch.HeadGaveUp, match=r"node0 \(h0\), the Ray head, was lost: its container exited with code 1"):
+        cluster.wait_ready(10)
+    boxes["c0"].line = "Exception: something else\n"
+    with pytest.raises(watch.NodeLost) as lost:
+        cluster.wait_ready(10)
+    assert not isinstance(lost.value, watch.HeadGaveUp)

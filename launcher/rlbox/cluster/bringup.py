@@ -1,5 +1,6 @@
-"""Starting a plan's nodes: what an engine's refusal to start one means in the operator's words, and the
-launcher's go for the workers that wait for it (ray_node.gated), given as Ray's node table fills."""
+"""Starting a plan's nodes: what an engine's refusal to start one means in the operator's words, the
+launcher's go for the workers that wait for it (ray_node.gated), given as Ray's node table fills, and
+the nodes whose image differs from the others' (image_skew)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlbox.cluster.hosts import Node, on_every
-from rlbox.cluster.plan import NodePlan, gated, released
+from rlbox.cluster.plan import NodePlan, RunPlan, gated, released
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
@@ -95,3 +96,16 @@ def held_images(image: str, nodes: list[Node]) -> tuple[str | None, ...]:
             return None
 
     return tuple(on_every(held, nodes)[0])
+
+
+def image_skew(plan: RunPlan, ids: list[str]) -> str | None:
+    """One line naming the node(s) whose image, under the run's tag, is not the one most nodes
+    (the head, on a tie) have; None when every node has the same image."""
+    counts = {i: ids.count(i) for i in ids}
+    if len(counts) < 2:
+        return None
+    common = max(counts, key=lambda i: (counts[i], i == ids[0]))
+    odd = [(n, i) for n, i in zip(plan.nodes, ids) if i != common]
+    names = ", ".join(f"{n.host.name} has {i[7:19] if i.startswith('sha256:') else i[:12]}" for n, i in odd)
+    return (f"image {plan.image} differs between nodes: {names}, the others {common[7:19] if common.startswith('sha256:') else common[:12]}; "
+            "load the same image on every node (docker save | docker load, or pull it again) before running")

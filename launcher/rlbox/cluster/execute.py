@@ -64,7 +64,7 @@ class Cluster:
         ids, errors = on_every(check, list(zip(self.plan.nodes, self.nodes)))
         if errors:
             raise errors[0]
-        odd = image_skew(self.plan, ids)
+        odd = bringup.image_skew(self.plan, ids)
         if odd:
             raise RlboxError(odd)
 
@@ -143,7 +143,9 @@ class Cluster:
                     boxes[i] = self.start_again(i, tries[i, why], why)
             loss = watch.judge(looking.expected, boxes, None)
             if loss is not None:
-                raise watch.NodeLost(loss)
+                head = next(i for i, e in enumerate(looking.expected) if e.label == loss.label)
+                gave_up = watch.head_gave_up(looking.expected[head], boxes[head])
+                raise (watch.HeadGaveUp if gave_up else watch.NodeLost)(loss)
             self.learn_addresses()
 
         self.learn_addresses()
@@ -185,6 +187,13 @@ class Cluster:
         remove_run(self.nodes, self.plan.run, self.plan.network.name if self.plan.network else None,
                    run_id=self.plan.run_id, claims=not keep_claims)
 
+    def take_down_to_come_up_again(self) -> None:
+        """A restart's (or a second bring-up's) teardown: the containers go, the claims stay (no other
+        run takes the NPUs, ports or name meanwhile), what the nodes reported is forgotten."""
+        self.remove_own(keep_claims=True)
+        self.addresses.clear()
+        self.reported.clear()
+
     def teardown(self) -> None:
         if self._torn_down:
             return
@@ -194,19 +203,6 @@ class Cluster:
         finally:  # a node that cannot be cleaned (its engine unreachable) is said; no tunnel is left behind
             for node in self.nodes:
                 node.close()
-
-
-def image_skew(plan: RunPlan, ids: list[str]) -> str | None:
-    """One line naming the node(s) whose image, under the run's tag, is not the one most nodes
-    (the head, on a tie) have; None when every node has the same image."""
-    counts = {i: ids.count(i) for i in ids}
-    if len(counts) < 2:
-        return None
-    common = max(counts, key=lambda i: (counts[i], i == ids[0]))
-    odd = [(n, i) for n, i in zip(plan.nodes, ids) if i != common]
-    names = ", ".join(f"{n.host.name} has {i[7:19] if i.startswith('sha256:') else i[:12]}" for n, i in odd)
-    return (f"image {plan.image} differs between nodes: {names}, the others {common[7:19] if common.startswith('sha256:') else common[:12]}; "
-            "load the same image on every node (docker save | docker load, or pull it again) before running")
 
 
 def _drop_name(plan: RunPlan, nodes: list[Node]) -> None:
@@ -329,7 +325,7 @@ def execute(
                 run.save()
                 driver.mark(run_dir)  # a kill -9 of this process is told by `rlbox status` from it
                 phases.mark("claims")
-                job, attempt = plan.job, 0
+                job, attempt, again = plan.job, 0, 0
                 while True:
                     try:
                         cluster.start()
@@ -338,6 +334,12 @@ def execute(
                         cluster.connect_dashboard()
                         cluster.wait_ready(timeout)
                     except watch.NodeLost as lost:  # a node lost while Ray comes up (the head too) is a loss
+                        if isinstance(lost, watch.HeadGaveUp) and again < watch.START_AGAIN:
+                            again += 1  # Ray's start-up timed out on the head: no job ran, no restart is spent
+                            echo(f"{lost.loss.label}, the Ray head: Ray's start-up gave up ({watch.RAY_START_TIMED_OUT}); "
+                                 f"bringing the cluster up again ({again}/{watch.START_AGAIN})")
+                            cluster.take_down_to_come_up_again()
+                            continue
                         cause = _loss(lost, run, nodes, attempt, max_restarts)
                     else:
                         ready = time.monotonic() - started
@@ -380,9 +382,7 @@ def execute(
                     job = jobs.for_restart(plan.job, attempt)
                     client = submission = None
                     run.restart(attempt, max_restarts, cause, echo)
-                    cluster.remove_own(keep_claims=True)  # no other run takes its NPUs or name meanwhile
-                    cluster.addresses.clear()
-                    cluster.reported.clear()
+                    cluster.take_down_to_come_up_again()
                     if before is not None:  # the pre-flight checks again, on every node
                         before(nodes)
                     started = time.monotonic()

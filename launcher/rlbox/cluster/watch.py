@@ -79,6 +79,11 @@ class NodeLost(RlboxError):
         self.loss = loss
 
 
+class HeadGaveUp(NodeLost):
+    """The head exited with Ray's start-up time-out while the cluster came up (``head_gave_up``):
+    the run brings the cluster up again, up to START_AGAIN times (execute), before it is a loss."""
+
+
 def judge(expected: list[Expected], boxes: list[Box], table: list[ray.RayNode] | None,
           dashboard_down_for: float = 0.0) -> Loss | None:
     """The first lost node, head first: a container not running (exited, dead, gone), an engine
@@ -139,6 +144,13 @@ def start_again(node: Expected, box: Box, tries: int) -> bool:
     so far for that reason, fewer than its ``budget``."""
     why = gave_up(box)
     return node.role == "worker" and box.status == "exited" and why is not None and tries < budget(why)
+
+
+def head_gave_up(node: Expected, box: Box) -> bool:
+    """Whether a head exited with Ray's own start-up time-out (its raylet did not register with its
+    own GCS within Ray's 30 s: a GCS starved of CPU, `ray/_private/node.py`). Unlike a worker's, its
+    container cannot just start again (the workers' GCS went with it): the cluster comes up again."""
+    return node.role == "head" and box.status == "exited" and gave_up(box) == RAY_START_TIMED_OUT
 
 
 def gave_up(box: Box) -> str | None:
