@@ -31,12 +31,16 @@ DEVICES = ("--devices", "5-12")  # slot 5: this suite's ports (25000-25999)
 def _remove_claims():
     for box in docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.managed=true"}):
         if box.labels.get("io.rlbox.claim", "").startswith("ft-"):
-            box.remove(force=True)
+            try:
+                box.remove(force=True)
+            except docker.errors.NotFound:  # its run removed it meanwhile
+                pass
 
 
 @pytest.fixture(autouse=True)
 def no_leftovers():
     yield
+    Run.end_all()  # a run an assertion left mid-way first: it would remove and make containers meanwhile
     remove_test_runs("ft-")
     _remove_claims()
 
@@ -79,7 +83,8 @@ def test_frozen_worker_head_lost_in_a_restart_and_cut_off_worker_are_each_named(
     worker.pause()
     paused = time.monotonic()
     run.wait_for("restart 1/2: node1 (sim1), the worker, was lost: its container is paused")
-    assert run.seen_at("restart 1/2") - paused < 5.0, run.stderr()[-2000:]
+    # named: the loss's own line (the restart's follows it once the record is written; ci5, loaded: 6.1 s)
+    assert run.seen_at("lost: node1 (sim1), the worker, was lost: its container is paused") - paused < 5.0, run.stderr()[-2000:]
     # the restart's bring-up: kill the new head before Ray is ready
     deadline = time.monotonic() + 300
     while run.stderr().count("node0 head   started") < 2 and time.monotonic() < deadline:

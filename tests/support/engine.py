@@ -41,10 +41,11 @@ def remove_run(run: str) -> None:
 
 
 def remove_test_runs(prefix: str = "t-") -> None:
-    """Remove every rlbox container and network of runs named ``prefix``... (tests' own runs only)."""
+    """Remove every rlbox container (claims too: a run killed mid-way leaves them) and network of runs
+    named ``prefix``... (tests' own runs only)."""
     client = docker.from_env()
     for box in labelled(MANAGED):
-        if box.labels.get(RUN, "").startswith(prefix):
+        if box.labels.get(RUN, "").startswith(prefix) or box.labels.get("io.rlbox.claim", "").startswith(prefix):
             try:
                 box.remove(force=True)
             except docker.errors.NotFound:

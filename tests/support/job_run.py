@@ -27,6 +27,8 @@ class Run:
     ``where``: the cluster options (default two simulated nodes); on a testbed, ``--cluster FILE``
     and ``engines``, each node's engine socket (tests/testbed/)."""
 
+    live: list["Run"] = []  # every Run started, until end_all() (tests/conftest.py, after each test)
+
     def __init__(self, runs: Path, shared: Path, name: str, steps: int, *extra: str, pause: float = 1.0,
                  where: tuple[str, ...] = SIM, engines: tuple[str, ...] | None = None, verl: bool = False):
         shared.mkdir(parents=True, exist_ok=True)
@@ -38,10 +40,22 @@ class Run:
              "--mount", f"{shared}:/shared", *extra, "--",
              "python3", "/shared/steps_job.py", str(steps), str(pause), "/shared/ckpt.json", *(["verl"] if verl else [])],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        Run.live.append(self)
         self.lines: list[tuple[float, str]] = []
         self.out: list[str] = []
         threading.Thread(target=self._read, args=(self.proc.stderr, self.lines, True), daemon=True).start()
         threading.Thread(target=self._read, args=(self.proc.stdout, self.out, False), daemon=True).start()
+
+    @classmethod
+    def end_all(cls) -> None:
+        """Kill every `rlbox run` a test started and left running (an assertion failed mid-run): one left
+        would go on restarting its cluster beside the next tests, holding their ports and NPUs. What it
+        made is removed by the tests' own cleanup (support.engine.remove_test_runs)."""
+        while cls.live:
+            run = cls.live.pop()
+            if run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.wait(timeout=30)
 
     @staticmethod
     def _read(stream, into, stamped):
