@@ -410,12 +410,26 @@ def test_a_worker_whose_raylet_timed_out_registering_is_started_again_during_bri
     assert watch.start_again(node, box, tries) is again
 
 
+def _cluster_of(boxes: dict, echo):
+    """execute.Cluster of a head (h0, container c0) and a worker (h1, c1) on engines whose containers are
+    ``boxes`` (by name), its dashboard nowhere (the tests stand in for Ray's table)."""
+    from types import SimpleNamespace
+
+    from rlbox.cluster import execute
+
+    engine = SimpleNamespace(containers=SimpleNamespace(get=lambda name: boxes[name]))
+    nodes = [SimpleNamespace(client=engine, close=lambda: None) for _ in boxes]
+    plan = SimpleNamespace(total_npus=32, nodes=[
+        SimpleNamespace(index=i, label=f"node{i} (h{i})", role=role, container=SimpleNamespace(name=f"c{i}", ip=None),
+                        host=SimpleNamespace(name=f"h{i}", address=f"10.0.0.{i + 1}"))
+        for i, role in enumerate(("head", "worker"))])
+    return execute.Cluster(plan, nodes, echo, dashboard="http://127.0.0.1:1")
+
+
 def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_after_the_second(monkeypatch):
     """Cluster.wait_ready on engines that answer as Docker does: a worker exited with Ray's start-up
     time-out is started again (said in a line) up to START_AGAIN times; then it is a lost node."""
-    from types import SimpleNamespace
-
-    from rlbox.cluster import execute, ray as ray_mod
+    from rlbox.cluster import ray as ray_mod
 
     class Container:
         def __init__(self, name):
@@ -432,14 +446,8 @@ def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_after_the_se
             self.status = "running"
 
     boxes = {"c0": Container("c0"), "c1": Container("c1")}
-    engine = SimpleNamespace(containers=SimpleNamespace(get=lambda name: boxes[name]))
-    nodes = [SimpleNamespace(client=engine, close=lambda: None) for _ in boxes]
-    plan = SimpleNamespace(total_npus=32, nodes=[
-        SimpleNamespace(index=i, label=f"node{i} (h{i})", role=role, container=SimpleNamespace(name=f"c{i}", ip=None),
-                        host=SimpleNamespace(name=f"h{i}", address=f"10.0.0.{i + 1}"))
-        for i, role in enumerate(("head", "worker"))])
     said = []
-    cluster = execute.Cluster(plan, nodes, said.append, dashboard="http://127.0.0.1:1")
+    cluster = _cluster_of(boxes, said.append)
 
     def looks(base, expected, total, timeout, progress, alive_check):  # Ray's table never fills here
         for _ in range(5):
@@ -472,9 +480,7 @@ def test_a_head_that_timed_out_starting_ray_is_told_apart(role, last, gives_up):
 def test_bring_up_raises_head_gave_up_for_a_head_whose_ray_start_timed_out(monkeypatch):
     """Cluster.wait_ready: the head exited with Ray's start-up time-out is HeadGaveUp (the run then brings
     the cluster up again, execute's loop), still a NodeLost naming the head for a caller that knows no more."""
-    from types import SimpleNamespace
-
-    from rlbox.cluster import execute, ray as ray_mod
+    from rlbox.cluster import ray as ray_mod
 
     class Container:
         def __init__(self, name, status, line):
@@ -485,13 +491,7 @@ def test_bring_up_raises_head_gave_up_for_a_head_whose_ray_start_timed_out(monke
 
     boxes = {"c0": Container("c0", "exited", f"{TIMED_OUT}\n"),
              "c1": Container("c1", "running", "rlbox-node: worker on 10.0.0.2 (eth0), head 10.0.0.1:6379\n")}
-    engine = SimpleNamespace(containers=SimpleNamespace(get=lambda name: boxes[name]))
-    nodes = [SimpleNamespace(client=engine, close=lambda: None) for _ in boxes]
-    plan = SimpleNamespace(total_npus=16, nodes=[
-        SimpleNamespace(index=i, label=f"node{i} (h{i})", role=role, container=SimpleNamespace(name=f"c{i}", ip=None),
-                        host=SimpleNamespace(name=f"h{i}", address=f"10.0.0.{i + 1}"))
-        for i, role in enumerate(("head", "worker"))])
-    cluster = execute.Cluster(plan, nodes, lambda line: None, dashboard="http://127.0.0.1:1")
+    cluster = _cluster_of(boxes, lambda line: None)
     monkeypatch.setattr(ray_mod, "wait_for_npus", lambda base, expected, total, timeout, progress, alive_check: alive_check())
     monkeypatch.setattr(watch, "period", lambda nodes: 0.0)
     with pytest.raises(watch.HeadGaveUp, match=r"node0 \(h0\), the Ray head, was lost: its container exited with code 1"):
