@@ -26,8 +26,9 @@ with its pre-flight, against `ray start` in a `--network host` container on each
 (head on host 1, worker on host 2) and `main_ppo` in the head; the worker is killed on host 2's
 engine. The image reaches both hosts through `rlbox distribute` before anything is timed (its time
 is printed apart). RLBOX_BENCH_PREFIX names its runs (default vl: vl-bench-0). Testbed name and
-subnet: RLBOX_BENCH_TESTBED (default tbv) and RLBOX_BENCH_TESTBED_SUBNET (default 10.201.8.0/24). Needs root. --no-doctor: rlbox run without its
-pre-flight (pre-flight wants 20 GiB free on each host; testbed hosts share this machine's disk).
+subnet: RLBOX_BENCH_TESTBED (default tbv) and RLBOX_BENCH_TESTBED_SUBNET (default 10.201.8.0/24).
+Needs root. --no-doctor: rlbox run without its pre-flight (pre-flight wants 20 GiB free on each
+host; testbed hosts share this machine's disk).
 
 Needs the engine and this machine's CPU torch wheel (the image is built if missing, as the test does).
 """

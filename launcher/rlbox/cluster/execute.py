@@ -143,8 +143,8 @@ class Cluster:
                     boxes[i] = self.start_again(i, tries[i, why], why)
             loss = watch.judge(looking.expected, boxes, None)
             if loss is not None:
-                head = next(i for i, e in enumerate(looking.expected) if e.label == loss.label)
-                gave_up = watch.head_gave_up(looking.expected[head], boxes[head])
+                # judge names the head first: when it gave up, the loss is its own
+                gave_up = any(watch.head_gave_up(e, b) for e, b in zip(looking.expected, boxes))
                 raise (watch.HeadGaveUp if gave_up else watch.NodeLost)(loss)
             self.learn_addresses()
 

@@ -258,10 +258,10 @@ class Watch:
         self.nodes[index].client.ping()  # the engine's /_ping: no container, no lock, answered at once
         self._heard[index] = self.clock()
 
-    def _silent(self, index: int, began: float) -> float:
-        """Seconds node ``index``'s engine has said nothing, counted from ``began`` (its call out
-        since then, or failing), or from its last answered ping when that came later."""
-        return self.clock() - max(began, self._heard.get(index, began))
+    def _silent(self, index: int, began: float, now: float) -> float:
+        """Seconds node ``index``'s engine has said nothing at ``now``, counted from ``began`` (its
+        call out since then, or failing), or from its last answered ping when that came later."""
+        return now - max(began, self._heard.get(index, began))
 
     def _still_out(self, index: int, call: _Call) -> Box:
         """A node whose call has not come back: its engine is asked for a ping beside it (one at a
@@ -272,7 +272,7 @@ class Watch:
         if ping is None or ping.done.is_set():
             self._pings[index] = _Call(self._ping, index, self.clock())
         began = self._silent_since.setdefault(index, call.began)
-        return Box(UNREACHABLE, since=self._silent(index, began))
+        return Box(UNREACHABLE, since=self._silent(index, began, self.clock()))
 
     def boxes(self) -> list[Box]:
         """What each node's engine says of its container, now. A call that has not come back within
@@ -330,7 +330,7 @@ class Watch:
         at the next look (which may be up to ``every`` seconds away)."""
         out = {i: call.began for i, call in self._pending.items()}
         silent = {**out, **self._silent_since}
-        return any(now - max(began, self._heard.get(i, began)) >= ENGINE_PATIENCE for i, began in silent.items())
+        return any(self._silent(i, began, now) >= ENGINE_PATIENCE for i, began in silent.items())
 
     def check(self, force: bool = False) -> None:
         """Raise NodeLost when a node is lost; at most once per ``every`` seconds unless forced, or
