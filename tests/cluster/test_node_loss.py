@@ -33,7 +33,9 @@ def test_worker_lost_without_restarts_is_named_within_seconds_and_nothing_is_lef
     err = run.stderr()
     assert code not in (0, None), err[-2000:]
     assert "node1 (sim1), the worker, was lost: its container exited with code 137 (killed)" in err
-    assert run.seen_at("was lost") - killed < 5.0, err[-2000:]
+    # within seconds: a loaded engine says the container exited only once it has torn its network down (the CI
+    # of stop 44: Ray's health check marked the node DEAD first), and the watch waits for those words
+    assert run.seen_at("was lost") - killed < 10.0, err[-2000:]
     assert err.strip().splitlines()[-1].startswith("rlbox: error: run 't12-wlost' failed: node1 (sim1), the worker")
     assert "Traceback" not in err
     state = run.state()
@@ -119,7 +121,7 @@ def test_head_lost_is_named_and_everything_is_removed(runs, tmp_path):
     err = run.stderr()
     assert code not in (0, None), err[-2000:]
     assert "node0 (sim0), the Ray head, was lost: its container exited with code 137 (killed)" in err
-    assert run.seen_at("was lost") - killed < 5.0
+    assert run.seen_at("was lost") - killed < 10.0  # as a worker's (the first test)
     assert "Traceback" not in err
     assert leftovers("t12-head") == []
 

@@ -391,7 +391,8 @@ TIMED_OUT = ("Exception: The current node timed out during startup. This could h
 @pytest.mark.parametrize("node, box, tries, again", [
     (NODES[1], Box("exited", 1, TIMED_OUT), 0, True),  # Ray's own words (bench/bringup.py, 16 testbed hosts)
     (NODES[1], Box("exited", 1, TIMED_OUT), 1, True),
-    (NODES[1], Box("exited", 1, TIMED_OUT), 2, False),  # START_AGAIN spent: the node is lost
+    (NODES[1], Box("exited", 1, TIMED_OUT), 3, True),
+    (NODES[1], Box("exited", 1, TIMED_OUT), watch.RAYLET_WAITS, False),  # spent: the node is lost
     (NODES[0], Box("exited", 1, TIMED_OUT), 0, False),  # never the head: the workers registered with it
     # the exception on stderr before `ray start`'s last stdout line (16 testbed hosts: node9)
     (NODES[1], Box("exited", 1, "INFO scripts.py:1234 -- Local node IP: 10.0.0.2",
@@ -426,9 +427,9 @@ def _cluster_of(boxes: dict, echo):
     return execute.Cluster(plan, nodes, echo, dashboard="http://127.0.0.1:1")
 
 
-def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_after_the_second(monkeypatch):
+def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_once_its_budget_is_spent(monkeypatch):
     """Cluster.wait_ready on engines that answer as Docker does: a worker exited with Ray's start-up
-    time-out is started again (said in a line) up to START_AGAIN times; then it is a lost node."""
+    time-out is started again (said in a line) up to RAYLET_WAITS times; then it is a lost node."""
     from rlbox.cluster import ray as ray_mod
 
     class Container:
@@ -450,7 +451,7 @@ def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_after_the_se
     cluster = _cluster_of(boxes, said.append)
 
     def looks(base, expected, total, timeout, progress, alive_check):  # Ray's table never fills here
-        for _ in range(5):
+        for _ in range(watch.RAYLET_WAITS + 3):
             boxes["c1"].status = "exited"  # the raylet times out again after every start
             boxes["c1"].attrs["State"]["ExitCode"] = 1
             alive_check()
@@ -459,10 +460,10 @@ def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_after_the_se
     monkeypatch.setattr(watch, "period", lambda nodes: 0.0)  # every poll looks (at most one a period otherwise)
     with pytest.raises(watch.NodeLost, match=r"node1 \(h1\), the worker, was lost: its container exited with code 1"):
         cluster.wait_ready(10)
-    assert boxes["c1"].starts == watch.START_AGAIN and boxes["c0"].starts == 0
+    assert boxes["c1"].starts == watch.RAYLET_WAITS and boxes["c0"].starts == 0
     again = [line for line in said if "starting it again" in line]
-    assert again == [f"node1 (h1): Ray's start-up gave up on the head (timed out during startup); "
-                     f"starting it again ({k}/{watch.START_AGAIN})" for k in (1, 2)]
+    assert again == [f"node1 (h1): Ray's start-up gave up (timed out during startup); "
+                     f"starting it again ({k}/{watch.RAYLET_WAITS})" for k in range(1, watch.RAYLET_WAITS + 1)]
 
 
 @pytest.mark.parametrize("role, last, gives_up", [
@@ -500,3 +501,66 @@ def test_bring_up_raises_head_gave_up_for_a_head_whose_ray_start_timed_out(monke
     with pytest.raises(watch.NodeLost) as lost:
         cluster.wait_ready(10)
     assert not isinstance(lost.value, watch.HeadGaveUp)
+
+
+def _dead_in_ray(monkeypatch, answer: float, status: str, ping_hangs: bool = False):
+    """A two-node watch whose Ray table marks node1 DEAD; node1's engine inspects its container (``status``,
+    killed: code 137) only after ``answer`` seconds, and answers its ping at once unless ``ping_hangs``."""
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Exited:
+        def __init__(self):
+            self.status, self.attrs = status, {"State": {"ExitCode": 137}}
+
+        def logs(self, tail):
+            return b"step:3\n"
+
+    class Client:
+        def __init__(self, slow):
+            self.slow = slow
+            self.containers = self
+
+        def get(self, name):
+            if self.slow:
+                time.sleep(answer)
+                return Exited()
+            return type("B", (), {"status": "running"})()
+
+        def ping(self):
+            if self.slow and ping_hangs:
+                release.wait(30)
+            return True
+
+    table = [RayNode("10.0.0.1", True, True, 8), RayNode("10.0.0.2", False, False, 8, "health check failed")]
+    monkeypatch.setattr(watch.ray, "nodes", lambda base, timeout: table)
+    monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.6)
+    monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
+    nodes = [type("N", (), {"client": Client(slow)})() for slow in (False, True)]
+    return watch.Watch(NODES[:2], ["c0", "c1"], nodes, "http://head:8265", every=0.0), release
+
+
+@pytest.mark.parametrize("answer, status, ping_hangs, named", [
+    # a loaded engine answers after Ray's health check: the loss names the container's own end
+    (1.5, "exited", False, "node1 (h1), the worker, was lost: its container exited with code 137 (killed)"),
+    (0.0, "exited", False, "node1 (h1), the worker, was lost: its container exited with code 137 (killed)"),
+    # a worker cut off the network: its container runs on, Ray's words are the loss
+    (0.0, "running", False, "node1 (h1), the worker, was lost: Ray marks it DEAD (health check failed)"),
+    # an engine that answers neither the inspection nor its ping: Ray's words once the patience is spent
+    (20.0, "exited", True, "node1 (h1), the worker, was lost: Ray marks it DEAD (health check failed)"),
+])
+def test_a_node_ray_marks_dead_is_named_by_what_its_engine_says_of_its_container(monkeypatch, answer, status,
+                                                                                 ping_hangs, named):
+    import time
+
+    w, release = _dead_in_ray(monkeypatch, answer, status, ping_hangs)
+    began = time.monotonic()
+    try:
+        with pytest.raises(watch.NodeLost) as lost:
+            w.check()
+        assert str(lost.value) == named
+        assert time.monotonic() - began < (2.0 if ping_hangs else answer + 1.0)
+    finally:
+        release.set()

@@ -150,12 +150,12 @@ def started(bed, tmp_path: Path, name: str, time_limit: str) -> tuple[subprocess
 
 
 def test_slurm_time_limit_ends_the_run_with_nothing_left(clean, tmp_path):
-    proc, seen = started(clean, tmp_path, "sl-time", "1")
+    proc, seen = started(clean, tmp_path, "sl-time", "2")
     try:
         # `rlbox status` while it runs: the nodes' containers and Slurm's own word on the allocation
         status = rlbox("status", "--name", "sl-time", "--runs-dir", tmp_path)
         assert status.returncode == 0, status.stderr
-        assert re.search(r"^slurm: job \d+: RUNNING on h\[1-2\], \S+ of 1:00$", status.stdout, re.M), status.stdout
+        assert re.search(r"^slurm: job \d+: RUNNING on h\[1-2\], \S+ of 2:00$", status.stdout, re.M), status.stdout
         rest = proc.stderr.read()
         assert proc.wait(timeout=300) != 0
     finally:
@@ -164,7 +164,7 @@ def test_slurm_time_limit_ends_the_run_with_nothing_left(clean, tmp_path):
             proc.wait(timeout=120)
     errors = [line for line in rest.splitlines() if line.startswith("rlbox: error:")]
     assert len(errors) == 1 and "Traceback" not in rest, "".join(seen) + rest
-    assert "Slurm's time limit (--time 1) ended the allocation" in errors[0], rest[-3000:]
+    assert "Slurm's time limit (--time 2) ended the allocation" in errors[0], rest[-3000:]
     after = rlbox("status", "--name", "sl-time", "--runs-dir", tmp_path, "--json")
     assert json.loads(after.stdout)["scheduler"]["state"] in ("TIMEOUT", "GONE"), after.stdout
 

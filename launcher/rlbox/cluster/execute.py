@@ -170,7 +170,7 @@ class Cluster:
         node_plan, node = self.plan.nodes[index], self.nodes[index]
         if self.gate is not None:  # started again, its node script waits for a new go
             self.gate.given.discard(node_plan.index)
-        self.echo(f"{node_plan.label}: Ray's start-up gave up on the head ({why}); "
+        self.echo(f"{node_plan.label}: Ray's start-up gave up ({why}); "
                   f"starting it again ({attempt}/{watch.budget(why)})")
         try:
             node.client.containers.get(node_plan.container.name).start()

@@ -33,6 +33,7 @@ TABLE_TIMEOUT = 2.0  # seconds Ray's node table may take
 LOOK_WAIT = 1.0  # seconds a look waits for the engines' answers; a call still out then is an engine not answering
 TAIL_LINES = 12  # lines of an exited container's output read back (its last line is said; all are searched)
 DASHBOARD_PATIENCE = 10.0  # seconds the head's dashboard may not answer while its container runs
+CAUSE_WAIT = 10.0  # seconds a node Ray marks DEAD waits for its engine, still answering, to say what became of it
 _REPORTED = re.compile(r"^rlbox-node: (head|worker) on (\S+) \(", re.MULTILINE)
 
 
@@ -66,6 +67,7 @@ class Loss:
     label: str
     role: str
     what: str
+    by_ray: int | None = None  # the node's index when only Ray's table showed the loss (its engine may say why)
 
     def line(self) -> str:
         return f"{self.label}, the {'Ray head' if self.role == 'head' else 'worker'}, was lost: {self.what}"
@@ -111,7 +113,7 @@ def judge(expected: list[Expected], boxes: list[Box], table: list[ray.RayNode] |
             rows = [r for r in table if r.ip == node.address]
             if rows and not any(r.alive for r in rows):
                 why = rows[-1].message or "no reason given"
-                return Loss(node.label, node.role, f"Ray marks it DEAD ({why})")
+                return Loss(node.label, node.role, f"Ray marks it DEAD ({why})", by_ray=i)
     elif dashboard_down_for >= DASHBOARD_PATIENCE:
         head = next(e for e in expected if e.role == "head")
         return Loss(head.label, head.role, f"its Ray dashboard has not answered for {dashboard_down_for:.0f} s")
@@ -126,7 +128,11 @@ RAY_START_TIMED_OUT = "timed out during startup"
 # (`get_all_node_info_until_retrieved`, 20 tries 2 s apart): workers start once the GCS answers, while the
 # head's raylet may still be starting
 RAY_HEAD_NOT_FOUND = "No node info found for head node in GCS"
-START_AGAIN = 2  # times a worker whose raylet timed out registering is started again during bring-up
+# times a worker whose raylet timed out registering is started again during bring-up, 30 s each: a loaded
+# machine (the CI of stop 44: two runs' four raylets and their GCSs on two shared cores) timed out three
+# times in a row; the bring-up's own timeout ends it sooner
+RAYLET_WAITS = 4
+START_AGAIN = 2  # times a cluster whose head's raylet timed out registering is brought up again
 # times a worker that gave up on the head's registration is: 40 s each, as long as a worker waited for the
 # head's raylet port before it started at the GCS (~300 s); the bring-up's own timeout ends it sooner
 HEAD_WAITS = 7
@@ -134,7 +140,7 @@ HEAD_WAITS = 7
 
 def budget(why: str | None) -> int:
     """How often a worker that gave up with Ray's words ``why`` is started again."""
-    return HEAD_WAITS if why == RAY_HEAD_NOT_FOUND else START_AGAIN
+    return HEAD_WAITS if why == RAY_HEAD_NOT_FOUND else RAYLET_WAITS
 
 
 def start_again(node: Expected, box: Box, tries: int) -> bool:
@@ -322,7 +328,31 @@ class Watch:
             elif self.clock() - call.began >= TABLE_TIMEOUT:
                 self._dashboard_down_since = self._dashboard_down_since or call.began
         down = self.clock() - self._dashboard_down_since if self._dashboard_down_since else 0.0
-        return judge(self.expected, boxes, table, down)
+        loss = judge(self.expected, boxes, table, down)
+        return self._cause(loss, boxes, table, down) if loss is not None and loss.by_ray is not None else loss
+
+    def _cause(self, loss: Loss, boxes: list[Box], table: list[ray.RayNode] | None, down: float) -> Loss:
+        """Ray marks a node DEAD whose container its engine has not said anything of yet, or said ran at
+        the look: a loaded engine tears a killed container's network down before it says the container
+        exited, and answers an inspection of it only then (the CI of stop 44: a worker killed, named by
+        Ray's health check as "missing too many heartbeats"). Its engine is asked (again) and waited for,
+        while it answers its ping, up to CAUSE_WAIT: the loss names what became of the container
+        (killed, exited with its code and last line), and Ray's words when it runs on (cut off) or
+        its engine cannot say."""
+        i = loss.by_ray
+        call = self._pending.get(i)
+        if call is None:
+            call = self._pending[i] = _Call(self._box, i, self.clock())
+        deadline = time.monotonic() + CAUSE_WAIT
+        while not call.done.wait(0.1):
+            if time.monotonic() >= deadline or self._still_out(i, call).since >= ENGINE_PATIENCE:
+                return loss
+        del self._pending[i]
+        if call.error is not None:
+            return loss
+        known = [*boxes]
+        known[i] = call.result
+        return judge(self.expected, known, table, down) or loss
 
     def overdue(self, now: float) -> bool:
         """An engine silent for ENGINE_PATIENCE (a call still out, its ping unanswered as long, or
