@@ -8,6 +8,7 @@ import io
 import os
 import shlex
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -385,3 +386,32 @@ def test_filter_drops_layer_files_by_content():
         names = t.getnames()
         assert names == ["y/layer.tar", "cfg.json", "manifest.json"]  # order kept: manifest last
         assert t.extractfile("y/layer.tar").read() == keep
+
+
+def test_a_stream_whose_every_node_went_away_ends_its_save_and_names_them(tmp_path):
+    """Every node's ssh ends mid-stream (the hosts rebooted): the save is ended and the stream returns,
+    naming each node. The save here is a stand-in that, as docker's CLI does, does not exit on one
+    SIGTERM while it is blocked writing its output (found by a run that waited for it for ever)."""
+    import threading
+
+    from rlbox.delivery.progress import Progress
+
+    hosts = {n: Host(n, ssh_port=22) for n in ("a", "b")}
+    p = delivery.plan("img:1", RIGHT, tuple(NodeFacts(n) for n in hosts))
+    said: list[str] = []
+    stream = dstream.Stream(p, hosts, progress=Progress(p, said.append), env=dict(os.environ))
+    stream.build(p.order)
+    (sink,) = stream.sinks
+    sink.argv = ["sh", "-c", "head -c 200000 > /dev/null"]  # reads a little, then its connection is gone
+    save = ("import signal, sys\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
+            "while True:\n"
+            "    sys.stdout.buffer.write(b'x' * 65536)\n")
+    stream.source_argv = lambda: [sys.executable, "-c", save]
+    done = threading.Thread(target=stream._stream, daemon=True)
+    done.start()
+    done.join(timeout=30)
+    assert not done.is_alive(), "the stream still waits for its save"
+    assert stream.source_proc.poll() is not None
+    assert set(stream.failures()) == {"a", "b"}

@@ -408,8 +408,10 @@ class Stream:
                     if n not in self.results:
                         self.progress.set(n, "loading")
         if len(broken) == len(self.sinks):  # no node reads any more: the save is not the cause
-            self.source_proc.terminate()
-            self.source_proc.wait()
+            # its output closed first: docker's CLI, blocked writing it, would wait for three signals to exit
+            # (every node's ssh gone mid-stream: the run waited for it for ever), and a write now fails at once
+            self.source_proc.stdout.close()
+            _end(self.source_proc, grace=0)
         save_err = self.source_proc.stderr.read().decode(errors="replace")
         if len(broken) < len(self.sinks) and self.source_proc.wait() != 0:
             self.stop()
