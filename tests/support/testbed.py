@@ -167,6 +167,17 @@ class Testbed:
             if ids:
                 self.docker(h["index"], "rm", "-f", *ids, check=False)
 
+    @contextlib.contextmanager
+    def runs_left_none(self, prefix: str):
+        """For a module's runs named ``prefix``...: afterwards none of their containers is on any host
+        (each removed; any there was a leftover, and fails unless the module failed already)."""
+        try:
+            yield self
+        finally:
+            left = [line for h in self.hosts for line in self.leftovers_prefix(prefix, h["index"])]
+            self.remove_runs(prefix)
+        assert left == [], left
+
     # -- faults -------------------------------------------------------------------------------------
     def _state(self, index: int):
         from rlbox.testbed.state import load

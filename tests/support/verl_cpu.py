@@ -134,3 +134,13 @@ def make_data(img: str, data: Path, hub_root: Path) -> subprocess.CompletedProce
     finally:
         hub.server.shutdown()
         hub.server.server_close()
+
+
+def shared_folder(img: str, root: Path, hub_root: Path) -> Path:
+    """``root`` made into the /data every node mounts: the tiny model and the GSM8K sample converted by
+    `rlbox data prepare`, both made in ``img``."""
+    made = make_model(img, root)
+    assert made.returncode == 0, made.stderr[-3000:]
+    prepared = make_data(img, root, hub_root)
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    return root

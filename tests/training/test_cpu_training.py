@@ -52,22 +52,15 @@ def cpu_image(vllm_cpu_image):
 @pytest.fixture(scope="module")
 def bed(testbed):
     """The session's testbed; after the module, no container of a vl- run on any host."""
-    yield testbed
-    left = [line for h in testbed.hosts for line in testbed.leftovers_prefix(PREFIX, h["index"])]
-    testbed.remove_runs(PREFIX)
-    assert left == [], left
+    with testbed.runs_left_none(PREFIX) as bed:
+        yield bed
 
 
 @pytest.fixture(scope="module")
 def shared(cpu_image, tmp_path_factory):
     """The mount every node has (/data): the model, the data, the checkpoints. A folder of this
     machine, which every testbed host sees at the same path."""
-    root = tmp_path_factory.mktemp("vl-shared")
-    made = verl_cpu.make_model(cpu_image, root)
-    assert made.returncode == 0, made.stderr[-3000:]
-    prepared = verl_cpu.make_data(cpu_image, root, tmp_path_factory.mktemp("vl-hub"))
-    assert prepared.returncode == 0, prepared.stderr[-3000:]
-    return root
+    return verl_cpu.shared_folder(cpu_image, tmp_path_factory.mktemp("vl-shared"), tmp_path_factory.mktemp("vl-hub"))
 
 
 class Run:

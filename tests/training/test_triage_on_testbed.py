@@ -24,38 +24,23 @@ PREFIX = "tg-"
 HOSTS = (1, 2)  # of the session's testbed: host 1 the head, host 2 the worker
 
 
-@pytest.fixture(scope="module")
-def bed(testbed):
-    """The session's testbed; after the module, no container of a tg- run on any host."""
-    yield testbed
-    left = [line for h in testbed.hosts for line in testbed.leftovers_prefix(PREFIX, h["index"])]
-    testbed.remove_runs(PREFIX)
-    assert left == [], left
-
-
-@pytest.fixture(scope="module")
-def shared(cpu_release_image, tmp_path_factory):
-    """The mount every node has (/data): a tiny random Qwen2 (its tokenizer is read before the data) and the
-    GSM8K-format sample converted by `rlbox data prepare`; a folder every testbed host sees at its path."""
-    root = tmp_path_factory.mktemp("tg-shared")
-    made = verl_cpu.make_model(verl_cpu.image(), root)
-    assert made.returncode == 0, made.stderr[-3000:]
-    prepared = verl_cpu.make_data(verl_cpu.image(), root, tmp_path_factory.mktemp("tg-hub"))
-    assert prepared.returncode == 0, prepared.stderr[-3000:]
-    return root
-
-
-def test_a_data_path_verl_cannot_open_is_triaged_with_its_fix(bed, shared, tmp_path):
+def test_a_data_path_verl_cannot_open_is_triaged_with_its_fix(testbed, cpu_release_image, tmp_path):
+    # the mount every node has (/data), a folder every testbed host sees at its path: a tiny random Qwen2 (its
+    # tokenizer is read before the data) and the GSM8K-format sample converted by `rlbox data prepare`
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "hub").mkdir()
+    shared = verl_cpu.shared_folder(verl_cpu.image(), tmp_path / "shared", tmp_path / "hub")
     runs, name = tmp_path / "runs", f"{PREFIX}nodata"
-    proc = subprocess.run([sys.executable, "-m", "rlbox.cli", "run", "--cluster", bed.cluster(*HOSTS),
-                           "--image", verl_cpu.image(), "--recipe", "grpo-tiny-cpu", "--mount", f"{shared}:/data",
-                           "--name", name, "--runs-dir", str(runs), "--timeout", "1500",
-                           # 8 CPUs for Ray: verl's TaskRunner and its bundles (Ray would detect this machine's 2)
-                           "--devices", "1", "--num-cpus", "8",
-                           "--param", "train_files=/data/datasets/gsm8k/trian.parquet"],
-                          cwd=REPO, text=True, capture_output=True, timeout=2400)
-    assert proc.returncode != 0, proc.stderr[-3000:]
-    report = rlbox("triage", name, "--runs-dir", str(runs))
-    assert "data-file-missing" in report.stdout + report.stderr, report.stdout[-3000:]
-    assert "/data/datasets/gsm8k/trian.parquet" in report.stdout
-    assert bed.leftovers(name) == []
+    with testbed.runs_left_none(PREFIX) as bed:
+        proc = subprocess.run([sys.executable, "-m", "rlbox.cli", "run", "--cluster", bed.cluster(*HOSTS),
+                               "--image", verl_cpu.image(), "--recipe", "grpo-tiny-cpu", "--mount", f"{shared}:/data",
+                               "--name", name, "--runs-dir", str(runs), "--timeout", "1500",
+                               # 8 CPUs for Ray: verl's TaskRunner and its bundles (Ray would detect this machine's 2)
+                               "--devices", "1", "--num-cpus", "8",
+                               "--param", "train_files=/data/datasets/gsm8k/trian.parquet"],
+                              cwd=REPO, text=True, capture_output=True, timeout=2400)
+        assert proc.returncode != 0, proc.stderr[-3000:]
+        report = rlbox("triage", name, "--runs-dir", str(runs))
+        assert "data-file-missing" in report.stdout + report.stderr, report.stdout[-3000:]
+        assert "/data/datasets/gsm8k/trian.parquet" in report.stdout
+        assert bed.leftovers(name) == []
