@@ -45,9 +45,8 @@ help:
 setup:
 	bash .ci/provision
 
-# Three pytest-xdist workers: three groups of engine tests (the session's testbed, the simulated nodes, the
-# rest of the engine's: `beside_sims`), each in order on one worker; the tests with no engine on whichever
-# worker is free (tests/conftest.py).
+# Three pytest-xdist workers: the tests on the session's testbed run in order on one, the other engine and
+# AISBench tests in order on another, the rest (no engine) on the third meanwhile (tests/conftest.py).
 # TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 3
 test: setup

@@ -21,21 +21,17 @@ REPO = selftest.REPO
 LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()}"
 
 # Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), the tests that touch the engine run in
-# three groups, each on one worker, one test after another and in the order collected, as in a plain run:
+# two groups, each on one worker, one test after another and in the order collected, as in a plain run:
 # - "testbed": every test on the session's testbed (the `testbed` fixture, or the `testbed` mark for a
 #   test that asks for it at run time): its hosts have their own engines, addresses and PID namespaces;
-# - "images": the engine's tests marked `beside_sims`: they start no simulated node and hold no fixed
-#   name, port or address (images built and read back, registries and servers on free ports, vLLM's
-#   checks in one container), so they need not wait behind the simulated runs (~8 min of them);
-# - "engine": every other test of the local engine or AISBench (simulated nodes, their own testbeds on
-#   their own subnets), the suite's critical path: in ci7 (docs/benchmarks.md) the other two workers were
-#   done after ~27 min and it ran alone, a core idle, for its last ~24.
+# - "engine": every other test of the local engine or AISBench (images, simulated nodes, their own
+#   testbeds on their own subnets).
 # Within a group two tests never run side by side (they share the session's images and testbed, and one
-# engine's simulated devices); the groups do, since nothing of one is another's: the pre-flight's
+# engine's simulated devices); the two groups do, since nothing of one is the other's: the pre-flight's
 # stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and the fixtures
-# that build images hold a lock (`built_once`). The ~1700 tests that need none of it (pure judgements and
-# files) go to whichever worker is free. xdist gives the largest groups out first, one to a worker.
-ENGINE_GROUP, TESTBED_GROUP, IMAGES_GROUP = "engine", "testbed", "images"
+# that build images hold a lock (`built_once`). The third worker runs the ~1700 tests that need none of it
+# (pure judgements and files) meanwhile. xdist gives the largest groups out first, one to a worker.
+ENGINE_GROUP, TESTBED_GROUP = "engine", "testbed"
 SERIAL_FIXTURES = {"engine", "ais_bench"}
 
 
@@ -45,8 +41,6 @@ def pytest_collection_modifyitems(config, items):
         names = set(getattr(item, "fixturenames", ()))
         if "testbed" in names or item.get_closest_marker("testbed"):
             item.add_marker(pytest.mark.xdist_group(TESTBED_GROUP))
-        elif item.get_closest_marker("beside_sims"):
-            item.add_marker(pytest.mark.xdist_group(IMAGES_GROUP))
         elif SERIAL_FIXTURES & names or item.get_closest_marker("engine") or item.get_closest_marker("aisbench"):
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 

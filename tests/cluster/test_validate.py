@@ -197,7 +197,6 @@ def test_run_with_a_seed_typo_starts_nothing(engine, sim_image, tmp_path, verl_s
 
 
 @pytest.mark.engine
-@pytest.mark.beside_sims  # with the other users of the session's self-test image, built once there
 def test_config_is_extracted_from_the_image_once(selftest_image, tmp_path, monkeypatch):
     _, image, _ = selftest_image
     monkeypatch.setenv("RLBOX_CACHE", str(tmp_path / "cache"))  # core.paths.cache_dir: where verl trees are kept

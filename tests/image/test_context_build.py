@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO
 from rlbox.image import build, sources
 
-pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]  # the images group (tests/conftest.py)
+pytestmark = pytest.mark.engine
 
 PLATFORM = "linux/arm64" if host.machine() in ("aarch64", "arm64") else "linux/amd64"
 WHEELS = "wheels/x86_64-py3.12"

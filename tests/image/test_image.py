@@ -17,7 +17,7 @@ import pytest
 from support import selftest
 from conftest import rlbox
 
-pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]  # the images group (tests/conftest.py)
+pytestmark = pytest.mark.engine
 
 
 def sh(client, image, script, entrypoint=None, user=None):

@@ -11,7 +11,7 @@ from rlbox.image import rehearsal
 from support import selftest
 from conftest import rlbox
 
-pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]  # the images group (tests/conftest.py)
+pytestmark = pytest.mark.engine
 
 OFFLINE_TAG = "localhost/rlbox-test/selftest:offline"
 

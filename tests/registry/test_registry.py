@@ -32,7 +32,7 @@ from rlbox.core.errors import RlboxError
 from rlbox.registry.auth import Credentials
 from rlbox.registry.client import Registry
 
-pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]  # the images group (tests/conftest.py)
+pytestmark = pytest.mark.engine
 
 USER, PASSWORD = "rlbox-ci", "S3cret-" + secrets.token_hex(6)
 REVISION = "89abcdef0123456789abcdef0123456789abcdef"

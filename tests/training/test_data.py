@@ -15,7 +15,7 @@ from conftest import rlbox
 from support.engine import TASK, names
 from support.hub import Hub
 
-pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]  # the images group (tests/conftest.py)
+pytestmark = pytest.mark.engine
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import requests
 from conftest import REPO, rlbox
 from support.stub_models import SAMPLE, TEST_ROWS, free_port, model_dir
 
-pytestmark = [pytest.mark.aisbench, pytest.mark.beside_sims]  # the images group (tests/conftest.py)
+pytestmark = pytest.mark.aisbench
 STUB = REPO / "launcher" / "rlbox" / "training" / "scripts" / "stub_server.py"
 
 
