@@ -45,10 +45,11 @@ help:
 setup:
 	bash .ci/provision
 
-# Three pytest-xdist workers: the tests on the session's testbed run in order on one, the other engine and
-# AISBench tests in order on another, the rest (no engine) on the third meanwhile (tests/conftest.py).
+# Four pytest-xdist workers: three groups of engine tests, each in order on one (the session's testbed; the
+# simulated nodes sim0, sim1, ...; the tests `beside_sims`, on hosts of their own names and NPUs 5-12), the
+# rest (no engine) on the fourth and on any worker that is free (tests/conftest.py).
 # TEST_WORKERS=0 runs everything in this process.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: setup
 	$(PYTHON) -m pytest -q -m 'not chain' $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 

@@ -20,18 +20,23 @@ from support import selftest  # noqa: E402
 REPO = selftest.REPO
 LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()}"
 
-# Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), the tests that touch the engine run in
-# two groups, each on one worker, one test after another and in the order collected, as in a plain run:
+# Under pytest-xdist (`make test` runs `-n 4 --dist loadgroup`), the tests that touch the engine run in
+# three groups, each on one worker, one test after another and in the order collected, as in a plain run:
 # - "testbed": every test on the session's testbed (the `testbed` fixture, or the `testbed` mark for a
 #   test that asks for it at run time): its hosts have their own engines, addresses and PID namespaces;
-# - "engine": every other test of the local engine or AISBench (images, simulated nodes, their own
-#   testbeds on their own subnets).
+# - "beside": the engine tests marked `beside_sims`: simulated hosts of their own names (support.job_run
+#   .own_hosts) on NPUs 5-12 (Ray's port slot 5, which no test of the "engine" group uses), or none at all
+#   and no fixed name, port or address (AISBench, vLLM's checks in one container);
+# - "engine": every other test of the local engine or AISBench (images, simulated nodes sim0, sim1, ...,
+#   their own testbeds on their own subnets).
 # Within a group two tests never run side by side (they share the session's images and testbed, and one
-# engine's simulated devices); the two groups do, since nothing of one is the other's: the pre-flight's
-# stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and the fixtures
-# that build images hold a lock (`built_once`). The third worker runs the ~1700 tests that need none of it
-# (pure judgements and files) meanwhile. xdist gives the largest groups out first, one to a worker.
-ENGINE_GROUP, TESTBED_GROUP = "engine", "testbed"
+# engine's simulated hosts); the groups do, since nothing of one is another's: claims are per host and NPU,
+# the pre-flight's stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and
+# the fixtures that build images hold a lock (`built_once`). The fourth worker runs the ~1800 tests that
+# need none of it (pure judgements and files) meanwhile, as any worker that is free does. xdist gives the
+# largest groups out first, one to a worker. Why "beside" exists: in ci7 (docs/benchmarks.md) the "engine"
+# group, one chain of 50.7 min, was CI's critical path; the other workers were done after ~27 min.
+ENGINE_GROUP, TESTBED_GROUP, BESIDE_GROUP = "engine", "testbed", "beside"
 SERIAL_FIXTURES = {"engine", "ais_bench"}
 
 
@@ -41,6 +46,8 @@ def pytest_collection_modifyitems(config, items):
         names = set(getattr(item, "fixturenames", ()))
         if "testbed" in names or item.get_closest_marker("testbed"):
             item.add_marker(pytest.mark.xdist_group(TESTBED_GROUP))
+        elif item.get_closest_marker("beside_sims"):
+            item.add_marker(pytest.mark.xdist_group(BESIDE_GROUP))
         elif SERIAL_FIXTURES & names or item.get_closest_marker("engine") or item.get_closest_marker("aisbench"):
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 

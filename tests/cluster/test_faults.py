@@ -2,8 +2,9 @@
 frozen (paused) or cut-off (network disconnected) worker, the head killed while a restart brings
 Ray up, a driver killed by SIGKILL, SIGTERM, `--replace` after `kill -9` of rlbox and two
 `--replace` racing, `logs -f` and `status` after the head died, a detached run's log, a full runs
-dir, and the stale-Ray check. Every run uses NPU ids 5-12 (slot 5: Ray ports 25000-25999, this
-suite's range) and is removed after; nothing is left on the engine."""
+dir, and the stale-Ray check. Every run uses NPU ids 5-12 (slot 5: Ray ports 25000-25999) of simulated
+hosts of this module's own (ft0, ft1, ft-host), so it runs beside the simulated-node group (`beside_sims`,
+tests/conftest.py), and is removed after; nothing is left on the engine."""
 
 from __future__ import annotations
 
@@ -22,10 +23,15 @@ import requests
 
 from conftest import REPO, rlbox
 from support.engine import leftovers, remove_test_runs
-from support.job_run import Run
+from support.job_run import BESIDE_DEVICES, Run, own_hosts
 
-pytestmark = pytest.mark.engine
-DEVICES = ("--devices", "5-12")  # slot 5: this suite's ports (25000-25999)
+pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]
+DEVICES = BESIDE_DEVICES  # slot 5: this suite's ports (25000-25999)
+
+
+def _sim(folder: Path, *hosts: str) -> tuple[str, ...]:
+    """Simulated hosts of this module's own (default one, ft0), on its NPUs."""
+    return (*own_hosts(folder, *(hosts or ("ft0",))), *DEVICES)
 
 
 def _remove_claims():
@@ -77,21 +83,22 @@ def test_frozen_worker_head_lost_in_a_restart_and_cut_off_worker_are_each_named(
     """(a) a paused worker is named at once; (b) the head killed while the restart brings Ray up
     is one more node loss and the run restarts again; (a) a worker cut off from the network is
     named within 5 s of Ray marking it DEAD; (j) the process exits with the code state.json records."""
-    run = Run(runs, tmp_path / "shared", "ft-loss", 400, "--max-restarts", "2", *DEVICES, pause=0.5)
+    run = Run(runs, tmp_path / "shared", "ft-loss", 400, "--max-restarts", "2", pause=0.5,
+              where=(*_sim(tmp_path / "hosts", "ft0", "ft1"), "--no-doctor"))
     run.wait_for("step:2 ", timeout=600)  # a loaded machine brings Ray up slowly
     worker = docker.from_env().containers.get(run.container(1))
     worker.pause()
     paused = time.monotonic()
-    run.wait_for("restart 1/2: node1 (sim1), the worker, was lost: its container is paused")
+    run.wait_for("restart 1/2: node1 (ft1), the worker, was lost: its container is paused")
     # named: the loss's own line (the restart's follows it once the record is written; ci5, loaded: 6.1 s)
-    assert run.seen_at("lost: node1 (sim1), the worker, was lost: its container is paused") - paused < 5.0, run.stderr()[-2000:]
+    assert run.seen_at("lost: node1 (ft1), the worker, was lost: its container is paused") - paused < 5.0, run.stderr()[-2000:]
     # the restart's bring-up: kill the new head before Ray is ready
     deadline = time.monotonic() + 300
     while run.stderr().count("node0 head   started") < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "cluster ready" not in run.stderr().split("restart 1/2")[-1]
     docker.from_env().containers.get(run.container(0)).kill()
-    run.wait_for("restart 2/2: node0 (sim0), the Ray head, was lost: its container exited with code 137 (killed)")
+    run.wait_for("restart 2/2: node0 (ft0), the Ray head, was lost: its container exited with code 137 (killed)")
     run.wait_for("resumed from step", timeout=600)
     # cut the worker off: its container runs on, Ray's GCS health check marks it DEAD
     state = run.state()
@@ -101,20 +108,20 @@ def test_frozen_worker_head_lost_in_a_restart_and_cut_off_worker_are_each_named(
     code = run.finish()
     err = run.stderr()
     assert code == 2, err[-3000:]
-    lost = "node1 (sim1), the worker, was lost: Ray marks it DEAD"
+    lost = "node1 (ft1), the worker, was lost: Ray marks it DEAD"
     assert run.seen_at(lost) - dead < 5.0, err[-3000:]
     assert err.strip().splitlines()[-1].startswith(f"rlbox: error: run 'ft-loss' failed: {lost}")
     assert "(after 2 restart(s))" in err.strip().splitlines()[-1] and "Traceback" not in err
     state = run.state()
     assert state["status"] == "NODE_LOST" and state["exit_code"] == code and state["reason"].startswith(lost)
     assert [r["cause"].split(":")[0] for r in state["restarts"]] == [
-        "node1 (sim1), the worker, was lost", "node0 (sim0), the Ray head, was lost"]
+        "node1 (ft1), the worker, was lost", "node0 (ft0), the Ray head, was lost"]
     assert state["phase"] == "removed" and leftovers("ft-loss") == []
 
 
-def test_driver_killed_by_sigkill_is_named_and_exits_137(runs):
+def test_driver_killed_by_sigkill_is_named_and_exits_137(runs, tmp_path):
     """(e) an OOM kill is SIGKILL: named, exit 128 + 9, recorded."""
-    proc = rlbox("run", "--sim", "--nodes", "1", *DEVICES, "--name", "ft-oom", "--runs-dir", runs, "--no-doctor", "--",
+    proc = rlbox("run", *_sim(tmp_path), "--name", "ft-oom", "--runs-dir", runs, "--no-doctor", "--",
                  "python3", "-c", "import os; print('eating memory', flush=True); os.kill(os.getpid(), 9)")
     assert proc.returncode == 137, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -124,9 +131,9 @@ def test_driver_killed_by_sigkill_is_named_and_exits_137(runs):
     assert "eating memory" in proc.stdout and leftovers("ft-oom") == []
 
 
-def test_sigterm_exits_143_and_a_failure_before_the_job_is_recorded(runs):
+def test_sigterm_exits_143_and_a_failure_before_the_job_is_recorded(runs, tmp_path):
     """(j) SIGTERM is 128 + 15; a run that fails before its job keeps its reason."""
-    early = rlbox("run", "--sim", "--nodes", "1", *DEVICES, "--name", "ft-early", "--runs-dir", runs, "--no-doctor",
+    early = rlbox("run", *_sim(tmp_path), "--name", "ft-early", "--runs-dir", runs, "--no-doctor",
                   "--timeout", "1", "--smoke-test")
     assert early.returncode == 2, early.stderr[-2000:]
     state = _state(runs, "ft-early")
@@ -134,7 +141,7 @@ def test_sigterm_exits_143_and_a_failure_before_the_job_is_recorded(runs):
     assert state["reason"].startswith("cluster not ready (timed out after 1 s)")
     status = rlbox("status", "--name", "ft-early", "--runs-dir", runs)
     assert "reason: cluster not ready (timed out after 1 s)" in status.stdout
-    proc = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", "--sim", "--nodes", "1", *DEVICES, "--name",
+    proc = subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", *_sim(tmp_path), "--name",
                              "ft-term", "--runs-dir", str(runs), "--no-doctor", "--", "python3", "-c",
                              "import time; print('working', flush=True); time.sleep(300)"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -253,18 +260,18 @@ def _fill(path: Path) -> Path:
     return filler
 
 
-def test_full_runs_dir_is_one_line_tears_down_and_the_record_tells_the_truth(tiny_runs_dir):
+def test_full_runs_dir_is_one_line_tears_down_and_the_record_tells_the_truth(tiny_runs_dir, tmp_path):
     """(f) full before the start: one line, nothing started; full while the job writes its log:
     one line, every node torn down, state.json says so (or the line names why it cannot)."""
     runs = tiny_runs_dir / "runs"
     filler = _fill(tiny_runs_dir)
-    full = rlbox("run", "--sim", "--nodes", "1", *DEVICES, "--name", "ft-full", "--runs-dir", runs, "--no-doctor",
+    full = rlbox("run", *_sim(tmp_path), "--name", "ft-full", "--runs-dir", runs, "--no-doctor",
                  "--smoke-test")
     assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr[-2000:]
     assert full.stderr.strip().splitlines()[-1].startswith("rlbox: error: ")
     assert "No space left on device" in full.stderr and leftovers("ft-full") == []
     filler.unlink()
-    proc = rlbox("run", "--sim", "--nodes", "1", *DEVICES, "--name", "ft-full", "--runs-dir", runs, "--no-doctor", "--",
+    proc = rlbox("run", *_sim(tmp_path), "--name", "ft-full", "--runs-dir", runs, "--no-doctor", "--",
                  "python3", "-c", "import sys\nfor i in range(40000): print('x' * 60, i)")
     err = proc.stderr
     assert proc.returncode == 2 and "Traceback" not in err, err[-2000:]

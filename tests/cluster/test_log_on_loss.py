@@ -18,13 +18,15 @@ import pytest
 
 from conftest import rlbox
 from support.engine import leftovers, remove_test_runs
-from support.job_run import Run
+from support.job_run import BESIDE_DEVICES, Run, own_hosts
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]
 
 REPEAT = int(os.environ.get("RLBOX_LOG_LOSS_REPEAT", "1"))
-# NPU ids of the simulated nodes (RLBOX_TEST_DEVICES, e.g. 12-13): beside other runs on a shared engine
-DEVICES = ("--devices", os.environ["RLBOX_TEST_DEVICES"]) if os.environ.get("RLBOX_TEST_DEVICES") else ()
+# NPU ids of the simulated nodes (RLBOX_TEST_DEVICES, e.g. 12-13; by default those of the tests beside the
+# simulated-node group), on two hosts of this module's own: beside other runs on a shared engine
+DEVICES = ("--devices", os.environ["RLBOX_TEST_DEVICES"]) if os.environ.get("RLBOX_TEST_DEVICES") else BESIDE_DEVICES
+HOSTS = ("lo0", "lo1")
 STEPS, KILL_AT = 6, 3
 
 
@@ -47,7 +49,8 @@ def _start(runs, shared, name, *extra, steps=STEPS) -> Run:
     saturated shared engine made it end before anything started (a developer's machine; CI has
     neither); any other early end is the test's to judge."""
     for _ in range(20):
-        run = Run(runs, shared, name, steps, "--max-restarts", "2", *extra, *DEVICES, pause=0.3, verl=True)
+        run = Run(runs, shared, name, steps, "--max-restarts", "2", *extra, *DEVICES, pause=0.3, verl=True,
+                  where=(*own_hosts(shared.parent / "hosts", *HOSTS), "--no-doctor"))
         while run.proc.poll() is None and not (runs / name / "state.json").exists():
             time.sleep(0.2)
         if run.proc.poll() is None:
@@ -96,7 +99,7 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
     assert delay < 0.5, f"the kill came {delay:.3f} s after the step line"
     assert code == 0, err[-3000:]
     # (a second restart only where Ray's own start-up timed out under load: docs/testbed.md, troubleshooting)
-    assert "restart 1/2: node1 (sim1), the worker, was lost" in err, err[-3000:]
+    assert "restart 1/2: node1 (lo1), the worker, was lost" in err, err[-3000:]
     for n in range(1, STEPS + 1):
         assert f"step:{n} - training/nodes:" in log_text, log_text[-3000:]
     assert steps == list(range(1, STEPS + 1)), metrics.stdout[-2000:] + metrics.stderr
@@ -130,7 +133,7 @@ def test_a_detached_run_keeps_its_log_when_the_head_dies_before_anyone_asks(runs
     print(f"\nfollower ended {ended_after:.1f} s after the head's kill; its log's last line: {text.splitlines()[-1]!r}")
     assert not pid_file.exists(), text[-2000:]
     assert "step:1 - " in text and "step:2 - " in text, text[-2000:]
-    assert text.splitlines()[-1].startswith("rlbox: the job's log ends here: node0 (sim0), the Ray head, was lost"), text[-2000:]
+    assert text.splitlines()[-1].startswith("rlbox: the job's log ends here: node0 (lo0), the Ray head, was lost"), text[-2000:]
     stop = rlbox("stop", "--name", name, "--runs-dir", runs)
     assert stop.returncode == 0, stop.stderr
     assert log.read_text().startswith(text[:200])  # the stop (the head gone) left the follower's copy

@@ -13,9 +13,14 @@ import pytest
 
 from conftest import rlbox
 from support.engine import leftovers, remove_test_runs
-from support.job_run import Run
+from support.job_run import BESIDE_DEVICES, Run, own_hosts
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]
+HOSTS = ("nl0", "nl1")  # simulated hosts of this module's own (`beside_sims`: tests/conftest.py)
+
+
+def _where(tmp_path, nodes: int = 2) -> tuple[str, ...]:
+    return (*own_hosts(tmp_path / "hosts", *HOSTS[:nodes]), "--no-doctor", *BESIDE_DEVICES)
 
 
 @pytest.fixture(autouse=True)
@@ -26,30 +31,30 @@ def no_leftovers_between_tests():
 
 
 def test_worker_lost_without_restarts_is_named_within_seconds_and_nothing_is_left(runs, tmp_path):
-    run = Run(runs, tmp_path / "shared", "t12-wlost", 40)
+    run = Run(runs, tmp_path / "shared", "t12-wlost", 40, where=_where(tmp_path))
     run.wait_for("step:2 ")
     killed = run.kill(1)
     code = run.finish()
     err = run.stderr()
     assert code not in (0, None), err[-2000:]
-    assert "node1 (sim1), the worker, was lost: its container exited with code 137 (killed)" in err
+    assert "node1 (nl1), the worker, was lost: its container exited with code 137 (killed)" in err
     # within seconds: a loaded engine says the container exited only once it has torn its network down (the CI
     # of stop 44: Ray's health check marked the node DEAD first), and the watch waits for those words
     assert run.seen_at("was lost") - killed < 10.0, err[-2000:]
-    assert err.strip().splitlines()[-1].startswith("rlbox: error: run 't12-wlost' failed: node1 (sim1), the worker")
+    assert err.strip().splitlines()[-1].startswith("rlbox: error: run 't12-wlost' failed: node1 (nl1), the worker")
     assert "Traceback" not in err
     state = run.state()
-    assert state["phase"] == "removed" and state["status"] == "NODE_LOST" and "node1 (sim1)" in state["lost"]
+    assert state["phase"] == "removed" and state["status"] == "NODE_LOST" and "node1 (nl1)" in state["lost"]
     assert leftovers("t12-wlost") == []
 
 
 def test_worker_lost_with_restarts_resumes_from_checkpoint_and_finishes(runs, tmp_path):
     steps = 8
-    run = Run(runs, tmp_path / "shared", "t12-resume", steps, "--max-restarts", "2")
+    run = Run(runs, tmp_path / "shared", "t12-resume", steps, "--max-restarts", "2", where=_where(tmp_path))
     run.wait_for("step:3 ")
     held = _claims("t12-resume")
     names = {name for name, _ in held}  # its name, each node's NPUs, its port block
-    assert {"rlbox-claim-run-t12-resume", "rlbox-claim-sim0-npu00", "rlbox-claim-sim1-npu00"} <= names, held
+    assert {"rlbox-claim-run-t12-resume", "rlbox-claim-nl0-npu05", "rlbox-claim-nl1-npu12"} <= names, held
     run.kill(1)
     run.wait_for("resumed from step")
     # held through the restart's teardown and bring-up: no other run could take its NPUs or its name meanwhile
@@ -57,12 +62,12 @@ def test_worker_lost_with_restarts_resumes_from_checkpoint_and_finishes(runs, tm
     code = run.finish()
     err, out = run.stderr(), run.stdout()
     assert code == 0, err[-3000:]
-    assert "restart 1/2: node1 (sim1), the worker, was lost: its container exited with code 137 (killed)" in err
+    assert "restart 1/2: node1 (nl1), the worker, was lost: its container exited with code 137 (killed)" in err
     state = run.state()
     (restart,) = state["restarts"]
     step = restart["resumed_step"]
     assert isinstance(step, int) and step >= 3
-    assert f"restart 1/2: node1 (sim1), the worker, was lost: its container exited with code 137 (killed); resumed from step {step}" in err
+    assert f"restart 1/2: node1 (nl1), the worker, was lost: its container exited with code 137 (killed); resumed from step {step}" in err
     assert json.loads((tmp_path / "shared" / "ckpt.json").read_text()) == {"step": steps}
     # after the restart every remaining step ran on both nodes, and the log holds both attempts once
     for n in range(step + 1, steps + 1):
@@ -72,7 +77,7 @@ def test_worker_lost_with_restarts_resumes_from_checkpoint_and_finishes(runs, tm
     assert log.count("Setting global step to") == 1
     assert state["phase"] == "removed" and state["status"] == "SUCCEEDED"
     status = rlbox("status", "--name", "t12-resume", "--runs-dir", runs)
-    assert f"restart 1/2: node1 (sim1), the worker, was lost" in status.stdout and f"resumed from step {step}" in status.stdout
+    assert f"restart 1/2: node1 (nl1), the worker, was lost" in status.stdout and f"resumed from step {step}" in status.stdout
     assert leftovers("t12-resume") == []
 
 
@@ -83,7 +88,7 @@ def test_a_head_whose_ray_start_timed_out_is_brought_up_again_and_the_job_runs(r
     loaded machine). The run brings the cluster up again, its claims kept, no restart spent, and the
     job runs to the end. One node, the head: a worker's start and its fall with the head add CPU and
     nothing to what is tested (the test took 265 s of a loaded CI with two)."""
-    run = Run(runs, tmp_path / "shared", "t12-headup", 2, pause=0.2, where=("--sim", "--nodes", "1", "--no-doctor"))
+    run = Run(runs, tmp_path / "shared", "t12-headup", 2, pause=0.2, where=_where(tmp_path, 1))
     freeze = ["sh", "-c", "while ! pkill -STOP -x raylet; do sleep 0.01; done"]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and run.proc.poll() is None:
@@ -101,7 +106,7 @@ def test_a_head_whose_ray_start_timed_out_is_brought_up_again_and_the_job_runs(r
     code = run.finish()
     err = run.stderr()
     assert code == 0, err[-3000:]
-    assert ("node0 (sim0), the Ray head: Ray's start-up gave up (timed out during startup); "
+    assert ("node0 (nl0), the Ray head: Ray's start-up gave up (timed out during startup); "
             "bringing the cluster up again (1/2)") in err
     assert "restart" not in err and "cluster ready" in err
     assert run.state()["status"] == "SUCCEEDED"
@@ -115,20 +120,20 @@ def _claims(run: str) -> list[tuple[str, str]]:
 
 
 def test_head_lost_is_named_and_everything_is_removed(runs, tmp_path):
-    run = Run(runs, tmp_path / "shared", "t12-head", 40)
+    run = Run(runs, tmp_path / "shared", "t12-head", 40, where=_where(tmp_path))
     run.wait_for("step:2 ")
     killed = run.kill(0)
     code = run.finish()
     err = run.stderr()
     assert code not in (0, None), err[-2000:]
-    assert "node0 (sim0), the Ray head, was lost: its container exited with code 137 (killed)" in err
+    assert "node0 (nl0), the Ray head, was lost: its container exited with code 137 (killed)" in err
     assert run.seen_at("was lost") - killed < 10.0  # as a worker's (the first test)
     assert "Traceback" not in err
     assert leftovers("t12-head") == []
 
 
 def test_restarts_exhausted_fail_reporting_each_attempt(runs, tmp_path):
-    run = Run(runs, tmp_path / "shared", "t12-exhaust", 40, "--max-restarts", "1")
+    run = Run(runs, tmp_path / "shared", "t12-exhaust", 40, "--max-restarts", "1", where=_where(tmp_path))
     run.wait_for("step:2 ")
     run.kill(1)
     run.wait_for("resumed from step")
@@ -136,16 +141,16 @@ def test_restarts_exhausted_fail_reporting_each_attempt(runs, tmp_path):
     code = run.finish()
     err = run.stderr()
     assert code not in (0, None), err[-3000:]
-    assert err.count("restart 1/1: node1 (sim1), the worker, was lost") >= 1
+    assert err.count("restart 1/1: node1 (nl1), the worker, was lost") >= 1
     assert "restart 2/" not in err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("rlbox: error: run 't12-exhaust' failed: node1 (sim1), the worker") and "(after 1 restart(s))" in last
+    assert last.startswith("rlbox: error: run 't12-exhaust' failed: node1 (nl1), the worker") and "(after 1 restart(s))" in last
     assert len(run.state()["restarts"]) == 1
     assert leftovers("t12-exhaust") == []
 
 
 def test_three_ctrl_c_in_a_row_print_no_traceback_and_leave_nothing(runs, tmp_path):
-    run = Run(runs, tmp_path / "shared", "t12-int", 40)
+    run = Run(runs, tmp_path / "shared", "t12-int", 40, where=_where(tmp_path))
     run.wait_for("step:1 ")
     for _ in range(3):
         run.proc.send_signal(signal.SIGINT)

@@ -18,6 +18,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "tests" / "fixtures" / "launcher" / "steps_job.py"
 SIM = ("--sim", "--nodes", "2", "--no-doctor")
+# The NPUs of the engine tests that run beside the simulated-node group (`beside_sims`, tests/conftest.py):
+# ids 5-12 put their Ray ports at slot 5 (25000-25999, the published dashboard 25001), which no test of that
+# group uses, and their hosts have names of their own (`own_hosts`), so no claim of one is the other's.
+BESIDE_DEVICES = ("--devices", "5-12")
+
+
+def own_hosts(folder: Path, *hosts: str) -> tuple[str, ...]:
+    """Cluster options for simulated hosts named ``hosts`` (a cluster file under ``folder``), not the
+    sim0, sim1, ... of `--sim --nodes N`: NPU claims are per host, so runs on hosts of their own never
+    wait for, or are refused by, another group's runs on the same engine."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{'-'.join(hosts)}.yaml"
+    path.write_text("hosts:\n" + "".join(f"  - host: {h}\n" for h in hosts))
+    return ("--sim", "--cluster", str(path))
 
 
 class Run:

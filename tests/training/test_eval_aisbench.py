@@ -25,7 +25,7 @@ import requests
 from conftest import REPO, rlbox
 from support.stub_models import SAMPLE, TEST_ROWS, free_port, model_dir
 
-pytestmark = pytest.mark.aisbench
+pytestmark = [pytest.mark.aisbench, pytest.mark.beside_sims]  # a server on a free port, no simulated host
 STUB = REPO / "launcher" / "rlbox" / "training" / "scripts" / "stub_server.py"
 
 

@@ -21,7 +21,7 @@ import yaml
 from rlbox.verl import own as verl_own, outcome
 from rlbox.verl.own import Verdict
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]  # one container of its own image, no simulated host
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "launcher" / "rlbox" / "resources" / "recipes" / "grpo-tiny-cpu-09.yaml"
