@@ -32,9 +32,11 @@ LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()
 # Within a group two tests never run side by side (they share the session's images and testbed, and one
 # engine's simulated hosts); the groups do, since nothing of one is another's: claims are per host and NPU,
 # the pre-flight's stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and
-# the fixtures that build images hold a lock (`built_once`). The fourth worker runs the ~1800 tests that
-# need none of it (pure judgements and files) meanwhile, as any worker that is free does. xdist gives the
-# largest groups out first, one to a worker. Why "beside" exists: in ci7 (docs/benchmarks.md) the "engine"
+# the fixtures that build images hold a lock (`built_once`). An engine test marked `anywhere` starts
+# nothing and only reads the engine (the hostile inputs, each refused before a container or network is
+# made): it is in no group (ci9: 93 of them, 8.6 min of the simulated-node chain). The fourth worker runs
+# the ~1900 tests in no group (pure judgements and files) meanwhile, as any worker that is free does.
+# xdist gives the largest groups out first, one to a worker. Why "beside" exists: in ci7 (docs/benchmarks.md) the "engine"
 # group, one chain of 50.7 min, was CI's critical path; the other workers were done after ~27 min.
 ENGINE_GROUP, TESTBED_GROUP, BESIDE_GROUP = "engine", "testbed", "beside"
 SERIAL_FIXTURES = {"engine", "ais_bench"}
@@ -44,6 +46,8 @@ SERIAL_FIXTURES = {"engine", "ais_bench"}
 def pytest_collection_modifyitems(config, items):
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("anywhere"):
+            continue
         if "testbed" in names or item.get_closest_marker("testbed"):
             item.add_marker(pytest.mark.xdist_group(TESTBED_GROUP))
         elif item.get_closest_marker("beside_sims"):

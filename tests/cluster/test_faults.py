@@ -35,7 +35,7 @@ def _sim(folder: Path, *hosts: str) -> tuple[str, ...]:
 
 
 def _remove_claims():
-    for box in docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.managed=true"}):
+    for box in docker.from_env().containers.list(all=True, ignore_removed=True, filters={"label": "io.rlbox.managed=true"}):
         if box.labels.get("io.rlbox.claim", "").startswith("ft-"):
             try:
                 box.remove(force=True)
@@ -162,8 +162,8 @@ def test_sigterm_exits_143_and_a_failure_before_the_job_is_recorded(runs, tmp_pa
 def _run_ids(name: str) -> tuple[set[str], set[str], list[str]]:
     """The run ids of run ``name``'s containers and of its claims, and the claims' names."""
     client = docker.from_env()
-    boxes = client.containers.list(all=True, filters={"label": f"io.rlbox.run={name}"})
-    claims = client.containers.list(all=True, filters={"label": f"io.rlbox.claim={name}"})
+    boxes = client.containers.list(all=True, ignore_removed=True, filters={"label": f"io.rlbox.run={name}"})
+    claims = client.containers.list(all=True, ignore_removed=True, filters={"label": f"io.rlbox.claim={name}"})
     return ({b.labels["io.rlbox.run-id"] for b in boxes}, {c.labels["io.rlbox.claim-run-id"] for c in claims},
             sorted(c.name for c in claims))
 

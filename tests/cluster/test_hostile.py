@@ -173,7 +173,7 @@ MANIFEST = [
 def _leftovers() -> list[str]:
     client = docker.from_env()
     left = []
-    for box in client.containers.list(all=True, filters={"label": "io.rlbox.managed=true"}):
+    for box in client.containers.list(all=True, ignore_removed=True, filters={"label": "io.rlbox.managed=true"}):
         owner = box.labels.get("io.rlbox.run") or box.labels.get("io.rlbox.claim") or ""
         if owner.startswith("t13-h"):
             left.append(box.name)
@@ -193,6 +193,7 @@ def _one_line_error(proc, expect: str, code: int = 2) -> str:
 
 
 @pytest.mark.engine
+@pytest.mark.anywhere  # each refused before anything is made: beside any other test (tests/conftest.py)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_hostile_input_is_one_line_and_leaves_nothing(case, tmp_path, sim_image):
     _, argv, files, expect = case

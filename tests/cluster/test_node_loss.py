@@ -115,7 +115,7 @@ def test_a_head_whose_ray_start_timed_out_is_brought_up_again_and_the_job_runs(r
 
 def _claims(run: str) -> list[tuple[str, str]]:
     """Run ``run``'s claims: each one's name and the run id holding it."""
-    boxes = docker.from_env().containers.list(all=True, filters={"label": f"io.rlbox.claim={run}"})
+    boxes = docker.from_env().containers.list(all=True, ignore_removed=True, filters={"label": f"io.rlbox.claim={run}"})
     return sorted((b.name, b.labels.get("io.rlbox.claim-run-id", "")) for b in boxes)
 
 

@@ -20,7 +20,7 @@ SLEEP = ["--", "python3", "-c", "import time; time.sleep(600)"]
 
 def _cleanup():
     remove_test_runs("t13-")
-    for box in docker.from_env().containers.list(all=True, filters={"label": "io.rlbox.managed=true"}):
+    for box in docker.from_env().containers.list(all=True, ignore_removed=True, filters={"label": "io.rlbox.managed=true"}):
         if box.labels.get("io.rlbox.claim", "").startswith("t13-"):
             box.remove(force=True)
 
@@ -43,7 +43,7 @@ def _devices(name: str, index: int = 0) -> list[str]:
 
 
 def _claims(run: str) -> list[str]:
-    return sorted(b.name for b in docker.from_env().containers.list(all=True, filters={"label": f"io.rlbox.claim={run}"}))
+    return sorted(b.name for b in docker.from_env().containers.list(all=True, ignore_removed=True, filters={"label": f"io.rlbox.claim={run}"}))
 
 
 def _subnet(name: str) -> str:
@@ -109,7 +109,7 @@ def test_two_runs_racing_for_the_same_npus_exactly_one_starts(runs):
     # line names its first failed check (the winner's ports, when they are up first) and whose lines before
     # it name each one: the NPUs held by the winner's node among them
     assert f"held by run '{won[0]}'" in last or f"held by rlbox-{won[0]}-node0" in err, err
-    assert _claims(lost[0]) == [] and docker.from_env().containers.list(all=True, filters={"label": f"io.rlbox.run={lost[0]}"}) == []
+    assert _claims(lost[0]) == [] and docker.from_env().containers.list(all=True, ignore_removed=True, filters={"label": f"io.rlbox.run={lost[0]}"}) == []
     assert rlbox("stop", "--name", won[0], "--runs-dir", runs).returncode == 0
 
 

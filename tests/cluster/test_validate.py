@@ -202,7 +202,7 @@ def test_config_is_extracted_from_the_image_once(selftest_image, tmp_path, monke
     monkeypatch.setenv("RLBOX_CACHE", str(tmp_path / "cache"))  # core.paths.cache_dir: where verl trees are kept
     client = docker.from_env()
     def of_image() -> list[str]:  # other engine tests' containers may come and go meanwhile (tests/conftest.py)
-        return [c.name for c in client.containers.list(all=True) if c.attrs.get("Config", {}).get("Image") == image]
+        return [c.name for c in client.containers.list(all=True, ignore_removed=True) if c.attrs.get("Config", {}).get("Image") == image]
 
     before = of_image()
     tree = validate.from_image(client, image)

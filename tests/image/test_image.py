@@ -121,7 +121,7 @@ def test_broken_patch_fails_naming_component_and_patch(tmp_path, fixture_git, ca
     # A patch written against other code: it cannot apply to the pinned commit.
     patches["0003-broken.patch"] = patches["0001-greeting.patch"].replace('"upstream"', '"someone else"', 1)
     tree = selftest.make_tree(tmp_path / "rlbox", daemon.url("fixture.git"), repo.commit, patches, ca_bundle)
-    before = {c.id for c in client.containers.list(all=True)}
+    before = {c.id for c in client.containers.list(all=True, ignore_removed=True)}
     proc = rlbox(*selftest.build_argv(tree, ca_bundle, "--tag", "localhost/rlbox-test/broken:1")[1:], cwd=tree)
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
@@ -131,7 +131,7 @@ def test_broken_patch_fails_naming_component_and_patch(tmp_path, fixture_git, ca
     # nothing of this build is left: no container of its base or its tag (other engine tests' containers, of
     # other images, may come and go meanwhile: tests/conftest.py runs three engine groups side by side)
     ours = {selftest.CANN_SIM_IMAGE, "localhost/rlbox-test/broken:1"}
-    assert [c.name for c in client.containers.list(all=True)
+    assert [c.name for c in client.containers.list(all=True, ignore_removed=True)
             if c.id not in before and c.attrs.get("Config", {}).get("Image") in ours] == []
     with pytest.raises(docker.errors.ImageNotFound):
         client.images.get("localhost/rlbox-test/broken:1")

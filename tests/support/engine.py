@@ -14,7 +14,7 @@ TASK = "io.rlbox.task"
 
 def labelled(key: str, value: str = "true") -> list:
     """Every container, running or not, carrying label ``key=value``."""
-    return docker.from_env().containers.list(all=True, filters={"label": f"{key}={value}"})
+    return docker.from_env().containers.list(all=True, ignore_removed=True, filters={"label": f"{key}={value}"})
 
 
 def names(key: str, value: str = "true") -> list[str]:

@@ -125,11 +125,11 @@ class Testbed:
             raise AssertionError(f"docker on host {index}: {' '.join(args)}: {proc.stderr.strip()[-500:]}")
         return proc
 
-    def ssh(self, index: int, *command: str) -> subprocess.CompletedProcess:
+    def ssh(self, index: int, *command: str, timeout: float = 60) -> subprocess.CompletedProcess:
         r = self.record
         return subprocess.run(["ssh", "-i", r["identity_file"], "-o", f"UserKnownHostsFile={r['known_hosts']}",
                                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "--",
-                               f"root@{self.address(index)}", *command], capture_output=True, text=True, timeout=60)
+                               f"root@{self.address(index)}", *command], capture_output=True, text=True, timeout=timeout)
 
     def cluster(self, *indices: int, path: Path | None = None) -> str:
         """A cluster file of some of the hosts, in this order (the first is the head), naming the

@@ -91,7 +91,7 @@ def test_runs_racing_for_npus_on_several_engines_never_both_fail_and_never_both_
     clients = {i: docker.DockerClient(base_url=f"unix://{bed.socket(i)}") for i in (1, 2, 3)}
 
     def held(run: str) -> int:
-        return sum(len(c.containers.list(all=True, filters={"label": f"io.rlbox.claim={run}"})) for c in clients.values())
+        return sum(len(c.containers.list(all=True, ignore_removed=True, filters={"label": f"io.rlbox.claim={run}"})) for c in clients.values())
 
     for round_ in range(10):
         runs = [_claimer(bed, f"tbt-race{round_}a", (1, 2), clients), _claimer(bed, f"tbt-race{round_}b", (2, 3), clients)]
@@ -116,7 +116,7 @@ def test_runs_racing_for_npus_on_several_engines_never_both_fail_and_never_both_
         assert held(won[0]) == 32 and held(lost) == 0
         for c in clients.values():
             sharing.release(c, won[0])
-            assert c.containers.list(all=True, filters={"name": sharing.CLAIMS_LOCK}) == []
+            assert c.containers.list(all=True, ignore_removed=True, filters={"name": sharing.CLAIMS_LOCK}) == []
 
     # a lock left behind (its rlbox killed mid-claim) delays the next claimer by LOCK_WAIT, no more
     clients[2].api.create_container(bed.image, ["true"], name=sharing.CLAIMS_LOCK,
@@ -124,7 +124,7 @@ def test_runs_racing_for_npus_on_several_engines_never_both_fail_and_never_both_
     monkeypatch.setattr(sharing, "LOCK_WAIT", 1.0)
     plan, nodes = _claimer(bed, "tbt-after", (2, 3), clients)
     assert sharing.claim(plan, nodes) == 32
-    assert clients[2].containers.list(all=True, filters={"name": sharing.CLAIMS_LOCK}) == []
+    assert clients[2].containers.list(all=True, ignore_removed=True, filters={"name": sharing.CLAIMS_LOCK}) == []
     for c in clients.values():
         sharing.release(c, "tbt-after")
 

@@ -25,7 +25,8 @@ FOLDER = "/usr/local/rlbox-model-files"  # each testbed host has its own /usr/lo
 def head_model(testbed):
     """verl 0.9.1's environment, and a tiny model made on host 1 only; removed after."""
     _, python = verl_env.environment("0.9.1")
-    made = testbed.ssh(1, str(python), str(REPO / "tools" / "make-tiny-model.py"), f"{FOLDER}/tiny")
+    # torch and transformers imported on the host: 60 s was not enough with four test workers on 2 cores (ci9)
+    made = testbed.ssh(1, str(python), str(REPO / "tools" / "make-tiny-model.py"), f"{FOLDER}/tiny", timeout=300)
     assert made.returncode == 0, made.stderr[-2000:]
     yield testbed
     testbed.ssh(1, "rm", "-rf", "--", FOLDER)
