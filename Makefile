@@ -45,11 +45,11 @@ help:
 setup:
 	bash .ci/provision
 
-# Four pytest-xdist workers: three groups of engine tests, each in order on one (the session's testbed; the
-# simulated nodes sim0, sim1, ...; the tests `beside_sims`, on hosts of their own names and NPUs 5-12), the
-# rest (no engine) on the fourth and on any worker that is free (tests/conftest.py).
-# TEST_WORKERS=0 runs everything in this process.
-TEST_WORKERS ?= 4
+# Three pytest-xdist workers: two groups of engine tests, each in order on one (the session's testbed; the
+# local engine's), the rest (no engine, or only reading it) on the third and on any worker that is free
+# (tests/conftest.py). TEST_WORKERS=4 gives the tests `beside_sims` (hosts of their own names, NPUs 5-12)
+# a group and a worker of their own. TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 3
 test: setup
 	$(PYTHON) -m pytest -q -m 'not chain' $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 

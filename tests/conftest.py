@@ -20,24 +20,27 @@ from support import selftest  # noqa: E402
 REPO = selftest.REPO
 LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()}"
 
-# Under pytest-xdist (`make test` runs `-n 4 --dist loadgroup`), the tests that touch the engine run in
-# three groups, each on one worker, one test after another and in the order collected, as in a plain run:
+# Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), the tests that touch the engine run in
+# groups, each on one worker, one test after another and in the order collected, as in a plain run:
 # - "testbed": every test on the session's testbed (the `testbed` fixture, or the `testbed` mark for a
 #   test that asks for it at run time): its hosts have their own engines, addresses and PID namespaces;
-# - "beside": the engine tests marked `beside_sims`: simulated hosts of their own names (support.job_run
-#   .own_hosts) on NPUs 5-12 (Ray's port slot 5, which no test of the "engine" group uses), or none at all
-#   and no fixed name, port or address (AISBench, vLLM's checks in one container);
 # - "engine": every other test of the local engine or AISBench (images, simulated nodes sim0, sim1, ...,
-#   their own testbeds on their own subnets).
+#   their own testbeds on their own subnets);
+# - "beside", with four workers or more (`make test TEST_WORKERS=4`): the engine tests marked
+#   `beside_sims`: simulated hosts of their own names (support.job_run.own_hosts) on NPUs 5-12 (Ray's port
+#   slot 5, which no test of the "engine" group uses), or none at all and no fixed name, port or address
+#   (AISBench, vLLM's checks in one container). With fewer workers they are in the "engine" group.
 # Within a group two tests never run side by side (they share the session's images and testbed, and one
 # engine's simulated hosts); the groups do, since nothing of one is another's: claims are per host and NPU,
 # the pre-flight's stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and
 # the fixtures that build images hold a lock (`built_once`). An engine test marked `anywhere` starts
 # nothing and only reads the engine (the hostile inputs, each refused before a container or network is
-# made): it is in no group (ci9: 93 of them, 8.6 min of the simulated-node chain). The fourth worker runs
-# the ~1900 tests in no group (pure judgements and files) meanwhile, as any worker that is free does.
-# xdist gives the largest groups out first, one to a worker. Why "beside" exists: in ci7 (docs/benchmarks.md) the "engine"
-# group, one chain of 50.7 min, was CI's critical path; the other workers were done after ~27 min.
+# made): it is in no group (ci9: 93 of them, 8.6 min of the simulated-node chain). The ~1900 tests in no
+# group (pure judgements and files) go to whichever worker is free. xdist gives the largest groups out
+# first, one to a worker. Why "beside" is not the default yet: four workers ran CI in 46.7 and 49.3 min
+# here (ci9, ci10; ci7 with three: 52.4), the 2 cores busy throughout either way, and neither run was green
+# (each failure found a race or a bug, fixed since; docs/benchmarks.md).
+BESIDE_APART = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0) >= 4
 ENGINE_GROUP, TESTBED_GROUP, BESIDE_GROUP = "engine", "testbed", "beside"
 SERIAL_FIXTURES = {"engine", "ais_bench"}
 
@@ -50,7 +53,7 @@ def pytest_collection_modifyitems(config, items):
             continue
         if "testbed" in names or item.get_closest_marker("testbed"):
             item.add_marker(pytest.mark.xdist_group(TESTBED_GROUP))
-        elif item.get_closest_marker("beside_sims"):
+        elif item.get_closest_marker("beside_sims") and BESIDE_APART:
             item.add_marker(pytest.mark.xdist_group(BESIDE_GROUP))
         elif SERIAL_FIXTURES & names or item.get_closest_marker("engine") or item.get_closest_marker("aisbench"):
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))

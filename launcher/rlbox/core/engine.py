@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -125,18 +127,38 @@ def ignore_interrupts() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+def _swallowed(unraisable, chained=sys.unraisablehook) -> None:
+    """sys.unraisablehook within `sigterm_as_interrupt`: an Interrupted raised while the main thread
+    ran a finalizer (a ``__del__``, a weakref callback) cannot leave it; Python prints it as
+    "Exception ignored in ..." and goes on, and with every later signal ignored the run would go on
+    as if none came (ci10: a SIGTERM'd run printed that and ran its 300 s job on). The interrupt is
+    taken again: the handler re-armed and the signal sent to this process once more, from another
+    thread, so that it arrives outside the finalizer. Anything else goes to the hook before."""
+    err = unraisable.exc_value
+    if isinstance(err, Interrupted) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, _interrupt)
+        threading.Timer(0.05, os.kill, (os.getpid(), err.signum)).start()
+        return
+    chained(unraisable)
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise KeyboardInterrupt once (Ctrl-C and SIGTERM take
     one cleanup path); every later signal is ignored, so the cleanup is never itself interrupted
-    (only in the main thread, where Python delivers signals)."""
+    (only in the main thread, where Python delivers signals). One that lands in a finalizer, which
+    cannot raise, is taken again just after (`_swallowed`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _interrupt), signal.signal(signal.SIGINT, _interrupt)
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: _swallowed(unraisable, hook)
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # not interrupted: as before
             signal.signal(signal.SIGTERM, previous[0])
             signal.signal(signal.SIGINT, previous[1])
