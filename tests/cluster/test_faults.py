@@ -30,7 +30,8 @@ DEVICES = BESIDE_DEVICES  # slot 5: this suite's ports (25000-25999)
 
 
 def _sim(folder: Path, *hosts: str) -> tuple[str, ...]:
-    """Simulated hosts of this module's own (default one, ft0), on its NPUs."""
+    """Simulated hosts of this module's own (default one, ft0), on its NPUs: no other suite's simulation
+    uses their names, so the doctor's "devices free" check looks at this module's containers only."""
     return (*own_hosts(folder, *(hosts or ("ft0",))), *DEVICES)
 
 
@@ -53,14 +54,6 @@ def no_leftovers():
 
 def _state(runs: Path, name: str) -> dict:
     return json.loads((runs / name / "state.json").read_text())
-
-
-def _one_host_cluster(tmp_path: Path, host: str) -> Path:
-    """A simulated host with a name no other suite's simulation uses (the doctor's "devices
-    free" check then looks at this host's containers only)."""
-    path = tmp_path / f"{host}.yaml"
-    path.write_text(f"hosts:\n  - host: {host}\n")
-    return path
 
 
 def _ray_says_dead(port: int, address: str, timeout: float = 120) -> float:
@@ -173,8 +166,8 @@ def test_replace_after_kill_9_then_racing_replaces_then_head_lost_and_the_detach
     (d) two --replace at once, three times: exactly one wins, the other is told, and the winner
     holds every claim; (h) a detached run's log is kept under runs/NAME/; (g) after its head dies
     `logs -f` ends naming it and `status` says lost; `stop` leaves nothing."""
-    name, cluster = "ft-repl", _one_host_cluster(tmp_path, "ft-host")
-    common = ("run", "--sim", "--cluster", str(cluster), *DEVICES, "--name", name, "--runs-dir", str(runs))
+    name = "ft-repl"
+    common = ("run", *_sim(tmp_path, "ft-host"), "--name", name, "--runs-dir", str(runs))
     first = subprocess.Popen([sys.executable, "-m", "rlbox.cli", *common, "--no-doctor", "--", "python3", "-c",
                               "import time; print('first', flush=True); time.sleep(600)"],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -127,13 +127,13 @@ def ignore_interrupts() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def _swallowed(unraisable, chained=sys.unraisablehook) -> None:
+def _swallowed(unraisable, chained) -> None:
     """sys.unraisablehook within `sigterm_as_interrupt`: an Interrupted raised while the main thread
     ran a finalizer (a ``__del__``, a weakref callback) cannot leave it; Python prints it as
     "Exception ignored in ..." and goes on, and with every later signal ignored the run would go on
     as if none came (ci10: a SIGTERM'd run printed that and ran its 300 s job on). The interrupt is
     taken again: the handler re-armed and the signal sent to this process once more, from another
-    thread, so that it arrives outside the finalizer. Anything else goes to the hook before."""
+    thread, so that it arrives outside the finalizer. Anything else goes to ``chained``, the hook before."""
     err = unraisable.exc_value
     if isinstance(err, Interrupted) and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
