@@ -23,7 +23,9 @@ LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()
 # Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), the tests that touch the engine run in
 # groups, each on one worker, one test after another and in the order collected, as in a plain run:
 # - "testbed": every test on the session's testbed (the `testbed` fixture, or the `testbed` mark for a
-#   test that asks for it at run time): its hosts have their own engines, addresses and PID namespaces;
+#   test that asks for it at run time), and the `testbed`-marked modules whose tests share a testbed of
+#   their own (test_testbed_faults): its hosts have their own engines, addresses and PID namespaces;
+#   a test that makes a testbed in no group fails (support.testbed.require);
 # - "engine": every other test of the local engine or AISBench (images, simulated nodes sim0, sim1, ...,
 #   their own testbeds on their own subnets);
 # - "beside", with four workers or more (`make test TEST_WORKERS=4`): the engine tests marked

@@ -44,12 +44,29 @@ def problem() -> str | None:
 
 
 def require() -> None:
-    """Skip (fail under CI=true) where no testbed can be made."""
+    """Skip (fail under CI=true) where no testbed can be made. Under pytest-xdist, fail a test that is in
+    no group (tests/conftest.py): beside another worker's test it would meet that test's testbed (ci of
+    stop 46: the three tests of test_testbed_faults, unmarked, ran on two workers at once on one name)."""
+    ungrouped = ungrouped_under_xdist(os.environ)
+    if ungrouped:
+        pytest.fail(ungrouped)
     why = problem()
     if why:
         if os.environ.get("CI") == "true":
             pytest.fail(f"testbed test under CI=true but {why}")
         pytest.skip(why)
+
+
+def ungrouped_under_xdist(env) -> str | None:
+    """Why the running test may not make a testbed: under pytest-xdist (PYTEST_XDIST_WORKER) its id
+    (PYTEST_CURRENT_TEST) has no ``@group`` (xdist's loadgroup adds it), or None."""
+    if not env.get("PYTEST_XDIST_WORKER"):
+        return None
+    current = env.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+    if "@" in current.rsplit("]", 1)[-1]:  # xdist appends "@group" after any parameters
+        return None
+    return (f"{current}: makes a testbed but is in no xdist group, so it may run beside another worker's "
+            "testbed test; mark it (tests/conftest.py: engine, testbed)")
 
 
 def rlbox(*args, check: bool = False, timeout: float = 900) -> subprocess.CompletedProcess:

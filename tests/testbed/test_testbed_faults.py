@@ -29,6 +29,9 @@ NAME = SESSION_NAME[:4] + "q"
 _OCTETS = str(SESSION_SUBNET.network_address).split(".")
 SUBNET = f"{_OCTETS[0]}.{_OCTETS[1]}.{(int(_OCTETS[2]) + 128) % 256}.0/24"
 ROOT = support.ROOT
+# its testbed is its own, but its three tests share it: one worker, one after another, in the testbed group
+# (support.testbed.require fails an ungrouped one under xdist)
+pytestmark = pytest.mark.testbed
 REPO = Path(__file__).resolve().parents[2]
 
 

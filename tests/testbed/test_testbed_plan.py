@@ -134,3 +134,20 @@ def test_a_hosts_daemon_is_waited_for_while_it_runs_and_one_that_exited_is_said_
     assert time.monotonic() - start < 5
     assert str(err.value) == (f"{host.address}: dockerd exited before it answered (failed to start daemon: no space "
                               f"left on device; see {host.dir}/dockerd.log)")
+
+
+@pytest.mark.parametrize("env,refused", [
+    ({}, False),  # a plain run: one test at a time
+    ({"PYTEST_XDIST_WORKER": "gw1", "PYTEST_CURRENT_TEST": "tests/testbed/test_x.py::test_a@testbed (call)"}, False),
+    ({"PYTEST_XDIST_WORKER": "gw1", "PYTEST_CURRENT_TEST": "tests/testbed/test_x.py::test_a[p@q] (setup)"}, True),
+    ({"PYTEST_XDIST_WORKER": "gw0", "PYTEST_CURRENT_TEST": "tests/testbed/test_x.py::test_a (setup)"}, True),
+])
+def test_a_test_that_makes_a_testbed_in_no_xdist_group_is_refused(env, refused):
+    """The stop-46 CI: two ungrouped tests of one module ran on two workers at once and took each other's
+    testbed down. support.testbed.require refuses such a test before it makes anything."""
+    from support.testbed import ungrouped_under_xdist
+
+    why = ungrouped_under_xdist(env)
+    assert (why is not None) == refused
+    if refused:
+        assert why.startswith("tests/testbed/test_x.py::test_a") and "in no xdist group" in why
