@@ -26,7 +26,8 @@ baseline's teardown too). Loading the image into the hosts is not counted (it is
 before; `rlbox testbed up` prints its time).
 Prints the times and the ratios rlbox/(a) and rlbox/(b) per size, then at the largest size rlbox/(b)
 and rlbox against itself at the smallest, the watch's CPU per tick per node, and the load average.
---quick: 1 host, once. --name/--subnet: the testbed's (tbb, 10.201.3.0/24).
+--quick: 1 host, once. --name/--subnet: the testbed's (tbb, 10.201.3.0/24); --reuse: a testbed that is up,
+used as it is and left up (CI's quick run uses the test session's, as bench/faults.py does).
 Needs root and the sim image (make sim-image).
 """
 
@@ -58,6 +59,7 @@ from rlbox.core.errors import RlboxError
 from rlbox.delivery import execute as deliver
 from rlbox.testbed import execute as tb
 from rlbox.testbed import plan as tbplan
+from rlbox.testbed import state as tb_state
 
 NPUS = 16
 NAME = "tbb"
@@ -69,9 +71,15 @@ GCS, DASHBOARD = 6766, 8260
 class Bed:
     """The bench's testbed and ssh to its hosts."""
 
-    def __init__(self, hosts: int, image: str, name: str = NAME, subnet: str = SUBNET):
+    def __init__(self, hosts: int, image: str, name: str = NAME, subnet: str = SUBNET, reuse: bool = False):
         root = tbplan.DEFAULT_ROOT
-        self.name = name
+        self.name, self.image, self.reused = name, image, reuse
+        if reuse:  # a testbed that is up (CI: the test session's), used as it is and left up
+            self.state = tb_state.load(root, name)
+            if len(self.state.hosts) < hosts or self.state.hardware != "a3":
+                raise SystemExit(f"bench: --reuse {name}: {len(self.state.hosts)} {self.state.hardware} host(s); "
+                                 f"this bench needs {hosts} a3 host(s)")
+            return
         try:
             tb.down(root, name, lambda line: None)  # left by a killed bench
         except Exception:  # noqa: BLE001 - none there
@@ -80,7 +88,8 @@ class Bed:
         self.state = tb.up(plan, lambda line: print(f"testbed: {line}", flush=True), load_image=tb.load_image_by_save)
 
     def down(self) -> None:
-        tb.down(self.state.root, self.name, lambda line: None)
+        if not self.reused:
+            tb.down(self.state.root, self.name, lambda line: None)
 
     def address(self, i: int) -> str:
         return self.state.hosts[i].address
@@ -97,7 +106,8 @@ class Bed:
         return proc.stdout
 
     def cluster(self, n: int, folder: Path) -> Path:
-        lines = [line for line in Path(self.state.cluster_file).read_text().splitlines() if not line.startswith("  - host:")]
+        lines = [f"image: {self.image}"] + [line for line in Path(self.state.cluster_file).read_text().splitlines()
+                                             if not line.startswith(("  - host:", "image:"))]
         path = folder / f"cluster-{n}.yaml"
         path.write_text("\n".join(lines + [f"  - host: {self.address(i)}" for i in range(n)]) + "\n")
         return path
@@ -455,6 +465,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1 host, once (CI: proves the bench runs)")
     parser.add_argument("--name", default=NAME, help=f"the testbed's name (default {NAME})")
     parser.add_argument("--subnet", default=SUBNET, help=f"the testbed's subnet (default {SUBNET})")
+    parser.add_argument("--reuse", action="store_true",
+                        help="use the testbed --name as it is and leave it up (CI: the test session's); rlbox run "
+                             "delivers the image to a host that lacks it, in its image phase")
     parser.add_argument("--no-seed", action="store_true",
                         help="skip baseline (a), the seed's one-host-after-another procedure (minutes at 16 hosts)")
     parser.add_argument("--perf", action="store_true",
@@ -473,9 +486,12 @@ def main() -> int:
     image = f"localhost/rlbox/sim:{launch.host_arch_variant()}"
     if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
         raise SystemExit(f"bench: {image} missing; run `make sim-image`")
-    bed = Bed(max(sizes), image, args.name, args.subnet)
-    print(f"testbed: {max(sizes)} host(s) up in {bed.state.up_seconds:.1f} s; image into every host in "
-          f"{bed.state.image_seconds:.1f} s (not counted below)", flush=True)
+    bed = Bed(max(sizes), image, args.name, args.subnet, reuse=args.reuse)
+    if args.reuse:
+        print(f"testbed: {args.name}'s {len(bed.state.hosts)} host(s) as they are (--reuse)", flush=True)
+    else:
+        print(f"testbed: {max(sizes)} host(s) up in {bed.state.up_seconds:.1f} s; image into every host in "
+              f"{bed.state.image_seconds:.1f} s (not counted below)", flush=True)
     results = []
     memory = Memory(bed)
     idle = memory.sample()

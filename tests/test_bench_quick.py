@@ -14,6 +14,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHES = sorted(p.name for p in (REPO / "bench").glob("*.py"))
+# the benches whose quick run uses the session's testbed (tests/conftest.py) rather than one of their own
+ON_TESTBED = {"faults.py", "bringup.py"}
 
 
 def test_every_bench_is_listed_here_and_in_make_bench():
@@ -26,16 +28,20 @@ def test_every_bench_is_listed_here_and_in_make_bench():
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("script", [pytest.param(b, marks=pytest.mark.testbed) if b == "faults.py" else b for b in BENCHES])
+@pytest.mark.parametrize("script", [pytest.param(b, marks=pytest.mark.testbed) if b in ON_TESTBED else b for b in BENCHES])
 def test_bench_runs_in_quick_mode(script, sim_image, request):
     # runs and containers named t-benchq... (RLBOX_BENCH_PREFIX, if set, names them instead)
     env = dict(os.environ, PYTHONPATH=str(REPO / "launcher"))
     env.setdefault("RLBOX_BENCH_PREFIX", "t-benchq")
-    if script == "faults.py":  # its faults on the session's testbed (no testbed of its own to bring up)
+    extra: list[str] = []
+    if script in ON_TESTBED:  # on the session's testbed, as it is: no testbed of its own to bring up and fill
         bed = request.getfixturevalue("testbed")
+    if script == "faults.py":
         env.update(RLBOX_FAULTS_REUSE="1", RLBOX_FAULTS_TESTBED=bed.name, RLBOX_FAULTS_IMAGE=sim_image)
+    elif script == "bringup.py":
+        extra = ["--reuse", "--name", bed.name]
     # its own process group: on a timeout the bench's children (git daemon, buildx, rlbox) go too
-    proc = subprocess.Popen([sys.executable, f"bench/{script}", "--quick"], cwd=REPO, env=env, text=True,
+    proc = subprocess.Popen([sys.executable, f"bench/{script}", "--quick", *extra], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=900)
