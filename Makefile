@@ -11,7 +11,7 @@ REF ?=
 SIM_VARIANT := $(shell uname -m | sed -e 's/x86_64/amd64/' -e 's/aarch64/arm64/')
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 
-.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick log-on-loss faults docs rehearsal rehearsal-slurm rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run chain arm64-emulation validate-seeds
+.PHONY: help setup test lint dockerfiles check-dockerfiles image image-a2 image-a3 image-ax bench bench-quick log-on-loss replace-races faults docs rehearsal rehearsal-slurm rehearsal-sim sim-image cpu-image cpu-image-09 rehearse-image rehearse-run chain arm64-emulation validate-seeds
 
 # `make help` lists every target, one a line (tests/test_make.py holds it to the rules below).
 help:
@@ -39,6 +39,7 @@ help:
 	@echo "make bench              benchmarks under bench/ at full size (image rebuild, start-up, bring-up, delivery, pre-flight, node loss, log follow, verl overhead)"
 	@echo "make bench-quick        every bench/*.py --quick: smallest size, one repetition (tests/test_bench_quick.py in CI)"
 	@echo "make log-on-loss        a worker killed within 0.5 s of a step line, 10 times with 2 CPU burners (N=10 LOAD=2): every step in the log and rlbox metrics"
+	@echo "make replace-races      two rlbox run --replace racing, N times (N=10): exactly one wins each time (CI races them once)"
 	@echo "make faults             bench/faults.py: the multi-host fault replay on a testbed of its own (hosts' engines, networks, sshd, the driver)"
 	@echo "make validate-seeds VERL_GIT=DIR   the seed commits' own start-up checks in an image vs the restated rules' table"
 
@@ -153,6 +154,9 @@ LOAD ?= 2
 log-on-loss: sim-image
 	set -e; burners=""; for i in $$(seq $(LOAD)); do "$(CURDIR)/.venv/bin/python" -c 'while True: pass' & burners="$$burners $$!"; done; \
 	trap 'kill $$burners' EXIT; export RLBOX_LOG_LOSS_REPEAT=$(N); $(PYTHON) -m pytest -q -s tests/cluster/test_log_on_loss.py
+
+replace-races: sim-image
+	RLBOX_REPLACE_RACES=$(N) $(PYTHON) -m pytest -q -s tests/cluster/test_faults.py -k test_replace_after_kill_9
 
 faults: sim-image
 	$(PYTHON) bench/faults.py
