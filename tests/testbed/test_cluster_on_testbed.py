@@ -7,6 +7,7 @@ the testbed."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -61,8 +62,20 @@ def test_four_hosts_bring_up_64_npus_and_the_smoke_job_passes(clean, tmp_path):
     # the head is host 1's address; each node found its interface towards it (eth0 of its namespace)
     state = (tmp_path / "tbt-smoke" / "state.json").read_text()
     assert f'"head": "{bed.address(1)}"' in state and '"transport": "ssh"' in state and '"sim": false' in state
-    log = next(p for p in (tmp_path / "tbt-smoke").glob("*.log")).read_text()
-    assert "64" in log, log[-2000:]
+    assert "ray: 4/4 nodes, 64/64 NPUs" in err, err[-3000:]
+    # every node's smoke line: its 16 NPUs visible through Ray, and the interface and address towards the head
+    # (the simulation's 4-node A3 run, once tests/cluster/test_launcher.py's, asserted the same: one level is enough)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("rlbox-smoke: node")]
+    assert len(lines) == 4 and all(" ok NPUs=16 " in line for line in lines), proc.stdout[-3000:]
+    assert sorted(line.split()[2] for line in lines) == sorted(bed.address(i) for i in range(1, 5)), lines
+    for line in lines:
+        assert "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15" in line, line
+        assert "HCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0 TP_SOCKET_IFNAME=eth0" in line, line
+        assert f"HCCL_IF_IP={line.split()[2]}" in line, line
+    run_state = json.loads(state)
+    log = (tmp_path / "tbt-smoke" / f"{run_state['run_id']}.log").read_text()
+    assert "rlbox-smoke: 4 nodes, 64 NPUs: all visible" in log, log[-2000:]
+    assert run_state["phase"] == "removed" and run_state["status"] == "SUCCEEDED"
 
 
 def _claimer(bed, run: str, indices: tuple[int, ...], clients: dict):
@@ -129,27 +142,23 @@ def test_runs_racing_for_npus_on_several_engines_never_both_fail_and_never_both_
         sharing.release(c, "tbt-after")
 
 
-def test_the_job_s_exit_code_comes_back_from_two_hosts(clean, tmp_path):
-    bed = clean
-    proc = run("--cluster", bed.cluster(1, 2), "--name", "tbt-exit", "--runs-dir", tmp_path, "--",
-               "python3", "-c", "import sys; print('leaving with 3'); sys.exit(3)")
-    assert proc.returncode == 3, proc.stderr[-3000:]
-    assert "leaving with 3" in proc.stdout
-    assert one_line_error(proc).startswith("rlbox: error: job of run 'tbt-exit' FAILED with exit code 3")
-
-
-def test_node_routes_to_the_head_and_picks_its_interface(clean, tmp_path):
-    """The node script on each host: its own address, eth0 (the interface routing to the head)."""
+def test_node_routes_to_the_head_and_picks_its_interface_and_the_job_s_exit_code_comes_back(clean, tmp_path):
+    """The node script on each host: its own address, eth0 (the interface routing to the head); the job
+    then exits 3, and so does `rlbox run` over two hosts, its last line saying so (one run for both: the
+    simulation's exit code, once tests/cluster/test_launcher.py's, is the same path's other transport)."""
     bed = clean
     proc = run("--cluster", bed.cluster(3, 4), "--name", "tbt-nic", "--runs-dir", tmp_path, "--",
-               "python3", "-c", "import ray, os; ray.init(address='auto');"
+               "python3", "-c", "import ray, os, sys; ray.init(address='auto');"
                "f = ray.remote(num_cpus=0)(lambda: (ray.util.get_node_ip_address(), os.environ['HCCL_SOCKET_IFNAME'],"
                " os.environ['GLOO_SOCKET_IFNAME'], os.environ['HCCL_IF_IP']));"
                "print(sorted(set(ray.get([f.options(scheduling_strategy=ray.util.scheduling_strategies"
-               ".NodeAffinitySchedulingStrategy(n['NodeID'], soft=False)).remote() for n in ray.nodes() if n['Alive']]))))")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+               ".NodeAffinitySchedulingStrategy(n['NodeID'], soft=False)).remote() for n in ray.nodes() if n['Alive']]))));"
+               "print('npu-smi at', os.path.exists('/usr/local/bin/npu-smi'), 'leaving with 3', flush=True); sys.exit(3)")
+    assert proc.returncode == 3, proc.stderr[-3000:]
     a3, a4 = bed.address(3), bed.address(4)
     assert f"[('{a3}', 'eth0', 'eth0', '{a3}'), ('{a4}', 'eth0', 'eth0', '{a4}')]" in proc.stdout, proc.stdout[-2000:]
+    assert "npu-smi at True leaving with 3" in proc.stdout, proc.stdout[-2000:]
+    assert one_line_error(proc).startswith("rlbox: error: job of run 'tbt-nic' FAILED with exit code 3")
 
 
 # A worker lost and the run resumed on the testbed: tests/training/test_cpu_training.py, with real verl
