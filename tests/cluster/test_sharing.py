@@ -12,7 +12,7 @@ import docker
 import pytest
 
 from conftest import REPO, rlbox
-from support.engine import remove_labelled, remove_test_runs
+from support.engine import remove_test_runs
 
 pytestmark = pytest.mark.engine
 SLEEP = ["--", "python3", "-c", "import time; time.sleep(600)"]
@@ -130,22 +130,27 @@ def test_same_name_started_twice_at_once_is_refused_plainly(runs):
     assert _claims("t13-twin") == []
 
 
-def test_simulation_subnets_never_collide_for_names_that_hash_alike(runs):
-    """t-g21 and t-g22 shared a subnet when it followed the name; now the engine's free /24s decide."""
+def test_simulation_subnets_never_collide_for_names_that_hash_alike(engine):
+    """t-g21 and t-g22 shared a subnet when it followed the name; now the engine's free /24s decide. The
+    networks are made as `rlbox run --sim` makes them (sim.create_network on this engine), without the
+    runs' Ray around them: every simulated run of the suite starts on the network this makes."""
     import hashlib
+
+    from rlbox.cluster import sim
 
     def bucket(name):
         return int(hashlib.sha256(name.encode()).hexdigest(), 16) % 256
     a = "t13-g21"
     b = next(f"t13-g{i}" for i in range(1000) if f"t13-g{i}" != a and bucket(f"t13-g{i}") == bucket(a))
-    for name, ids in ((a, "0-1"), (b, "2-3")):
-        proc = rlbox("run", "--sim", "--nodes", "1", "--devices", ids, "--name", name, "--runs-dir", runs,
-                     "--detach", "--timeout", "180", *SLEEP)
-        assert proc.returncode == 0, proc.stderr[-1500:]
-    assert _subnet(a) != _subnet(b)
-    for name in (a, b):
-        assert rlbox("stop", "--name", name, "--runs-dir", runs).returncode == 0
-    remove_labelled("io.rlbox.claim", a)
+    client = docker.from_env()
+    try:
+        made = [sim.create_network(client, sim.network_for(name), name, f"{name}-id") for name in (a, b)]
+        assert made[0] != made[1]
+        assert [_subnet(a), _subnet(b)] == made
+    finally:
+        for name in (a, b):
+            for net in client.networks.list(names=[f"rlbox-{name}"]):
+                net.remove()
 
 
 def test_a_claim_whose_answer_never_came_is_not_left_behind(sim_image):
