@@ -1,7 +1,9 @@
 """Issue 27: the job's log is complete across a restart. A worker is killed (SIGKILL to its
 container's init, as a host dying) within 0.5 s of the driver printing a verl-style step line, on two
 simulated nodes with --max-restarts 2; every step is in the run's log and in `rlbox metrics`, the
-attempt's end before the next attempt's start.
+attempt's end before the next attempt's start. The same run is the suite's worker lost and resumed:
+the run's claims held through the restart, the step it resumed from recorded and said (also by `rlbox
+status`), the remaining steps on both nodes, the job finished.
 
 CI runs it once; `make log-on-loss` runs it 10 times under load (RLBOX_LOG_LOSS_REPEAT, with CPU
 burners started by the Makefile rule) and prints each repetition's figures."""
@@ -44,6 +46,12 @@ def _line_of(marker) -> dict | None:
         return None
 
 
+def _claims(run: str) -> list[tuple[str, str]]:
+    """Run ``run``'s claims: each one's name and the run id holding it."""
+    boxes = docker.from_env().containers.list(all=True, ignore_removed=True, filters={"label": f"io.rlbox.claim={run}"})
+    return sorted((b.name, b.labels.get("io.rlbox.claim-run-id", "")) for b in boxes)
+
+
 def _start(runs, shared, name, *extra, steps=STEPS) -> Run:
     """The run, started again while another run on a shared engine holds its NPUs, or when a
     saturated shared engine made it end before anything started (a developer's machine; CI has
@@ -69,13 +77,14 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
     run = _start(runs, shared, name)
     marker = shared / "ckpt.json.line"
     deadline = time.monotonic() + 240
-    worker_pid, looked_at = None, None
+    worker_pid, looked_at, held = None, None, []
     while time.monotonic() < deadline and run.proc.poll() is None:
         line = _line_of(marker)
         step = line["step"] if line else 0
         if looked_at != step and step < KILL_AT and (runs / name / "state.json").exists():
             try:  # the worker's init, looked up at each step before the moment (not at it): the kill is one system call
                 worker_pid = docker.from_env().containers.get(run.container(1)).attrs["State"]["Pid"] or None
+                held = _claims(name) if step else held  # the run's claims while its job runs
                 looked_at = step
             except (docker.errors.NotFound, KeyError, IndexError, ValueError):
                 pass
@@ -87,6 +96,10 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
         pytest.fail(f"step {KILL_AT} never came:\n{run.stderr()[-3000:]}")
     os.kill(worker_pid, signal.SIGKILL)
     delay = time.time() - line["t"]
+    run.wait_for("resumed from step", timeout=300)
+    # held through the restart's teardown and bring-up: no other run could take its NPUs or its name meanwhile
+    assert _claims(name) == held and {f"rlbox-claim-run-{name}", "rlbox-claim-lo0-npu05", "rlbox-claim-lo1-npu12"} <= {
+        n for n, _ in held}, held
     code = run.finish(timeout=300)
     err = run.stderr()
     state = run.state()
@@ -107,6 +120,17 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
     resumed = log_text.index("Setting global step to")
     assert f"step:{line['step']} - " in log_text[:resumed], log_text[-3000:]
     assert state["status"] == "SUCCEEDED" and state["phase"] == "removed"
+    resumed = state["restarts"][0]["resumed_step"]  # the worker's loss is the first restart
+    assert isinstance(resumed, int) and resumed >= KILL_AT, state["restarts"]
+    assert (f"restart 1/2: node1 (lo1), the worker, was lost: its container exited with code 137 (killed); "
+            f"resumed from step {resumed}") in err, err[-3000:]
+    assert json.loads((shared / "ckpt.json").read_text()) == {"step": STEPS}
+    # after the restart every remaining step ran on both nodes, and the log holds both attempts once
+    for n in range(resumed + 1, STEPS + 1):
+        assert f"step:{n} - training/nodes:2 " in run.stdout(), run.stdout()[-2000:]
+    assert log_text.count(f"done: {STEPS} steps") == 1 and log_text.count("step:1 - training/nodes:2 ") == 1
+    status = rlbox("status", "--name", name, "--runs-dir", runs)
+    assert "restart 1/2: node1 (lo1), the worker, was lost" in status.stdout and f"resumed from step {resumed}" in status.stdout
     assert "Traceback" not in err
     assert leftovers(name) == []
 

@@ -1,10 +1,11 @@
 """Node loss on the simulated cluster, real engine, real Ray: a job that checkpoints a step
-counter on a shared mount and touches every node each step; a worker or the head killed mid-job,
-with and without --max-restarts; repeated Ctrl-C. Every run must leave nothing behind."""
+counter on a shared mount and touches every node each step; a worker or the head killed mid-job;
+a head whose Ray start timed out; repeated Ctrl-C. Every run must leave nothing behind. A worker lost
+and the run resumed from its checkpoint: tests/cluster/test_log_on_loss.py; restarts used up:
+tests/cluster/test_faults.py (three losses, two restarts)."""
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 
@@ -46,39 +47,6 @@ def test_worker_lost_without_restarts_is_named_within_seconds_and_nothing_is_lef
     state = run.state()
     assert state["phase"] == "removed" and state["status"] == "NODE_LOST" and "node1 (nl1)" in state["lost"]
     assert leftovers("t12-wlost") == []
-
-
-def test_worker_lost_with_restarts_resumes_from_checkpoint_and_finishes(runs, tmp_path):
-    steps = 8
-    run = Run(runs, tmp_path / "shared", "t12-resume", steps, "--max-restarts", "2", where=_where(tmp_path))
-    run.wait_for("step:3 ")
-    held = _claims("t12-resume")
-    names = {name for name, _ in held}  # its name, each node's NPUs, its port block
-    assert {"rlbox-claim-run-t12-resume", "rlbox-claim-nl0-npu05", "rlbox-claim-nl1-npu12"} <= names, held
-    run.kill(1)
-    run.wait_for("resumed from step")
-    # held through the restart's teardown and bring-up: no other run could take its NPUs or its name meanwhile
-    assert _claims("t12-resume") == held
-    code = run.finish()
-    err, out = run.stderr(), run.stdout()
-    assert code == 0, err[-3000:]
-    assert "restart 1/2: node1 (nl1), the worker, was lost: its container exited with code 137 (killed)" in err
-    state = run.state()
-    (restart,) = state["restarts"]
-    step = restart["resumed_step"]
-    assert isinstance(step, int) and step >= 3
-    assert f"restart 1/2: node1 (nl1), the worker, was lost: its container exited with code 137 (killed); resumed from step {step}" in err
-    assert json.loads((tmp_path / "shared" / "ckpt.json").read_text()) == {"step": steps}
-    # after the restart every remaining step ran on both nodes, and the log holds both attempts once
-    for n in range(step + 1, steps + 1):
-        assert f"step:{n} nodes:2" in out
-    log = (runs / "t12-resume" / f"{state['run_id']}.log").read_text()
-    assert log.count(f"done: {steps} steps") == 1 and log.count("step:1 nodes:2") == 1
-    assert log.count("Setting global step to") == 1
-    assert state["phase"] == "removed" and state["status"] == "SUCCEEDED"
-    status = rlbox("status", "--name", "t12-resume", "--runs-dir", runs)
-    assert f"restart 1/2: node1 (nl1), the worker, was lost" in status.stdout and f"resumed from step {step}" in status.stdout
-    assert leftovers("t12-resume") == []
 
 
 def test_a_head_whose_ray_start_timed_out_is_brought_up_again_and_the_job_runs(runs, tmp_path):
@@ -130,23 +98,6 @@ def test_head_lost_is_named_and_everything_is_removed(runs, tmp_path):
     assert run.seen_at("was lost") - killed < 10.0  # as a worker's (the first test)
     assert "Traceback" not in err
     assert leftovers("t12-head") == []
-
-
-def test_restarts_exhausted_fail_reporting_each_attempt(runs, tmp_path):
-    run = Run(runs, tmp_path / "shared", "t12-exhaust", 40, "--max-restarts", "1", where=_where(tmp_path))
-    run.wait_for("step:2 ")
-    run.kill(1)
-    run.wait_for("resumed from step")
-    run.kill(1)
-    code = run.finish()
-    err = run.stderr()
-    assert code not in (0, None), err[-3000:]
-    assert err.count("restart 1/1: node1 (nl1), the worker, was lost") >= 1
-    assert "restart 2/" not in err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("rlbox: error: run 't12-exhaust' failed: node1 (nl1), the worker") and "(after 1 restart(s))" in last
-    assert len(run.state()["restarts"]) == 1
-    assert leftovers("t12-exhaust") == []
 
 
 def test_three_ctrl_c_in_a_row_print_no_traceback_and_leave_nothing(runs, tmp_path):
