@@ -98,8 +98,10 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
     delay = time.time() - line["t"]
     run.wait_for("resumed from step", timeout=300)
     # held through the restart's teardown and bring-up: no other run could take its NPUs or its name meanwhile
-    assert _claims(name) == held and {f"rlbox-claim-run-{name}", "rlbox-claim-lo0-npu05", "rlbox-claim-lo1-npu12"} <= {
-        n for n, _ in held}, held
+    names = {n for n, _ in held}  # its name, each node's NPUs, its port block
+    assert f"rlbox-claim-run-{name}" in names and all(any(n.startswith(f"rlbox-claim-{h}-npu") for n in names)
+                                                      for h in HOSTS), held
+    assert _claims(name) == held
     code = run.finish(timeout=300)
     err = run.stderr()
     state = run.state()
@@ -120,17 +122,17 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
     resumed = log_text.index("Setting global step to")
     assert f"step:{line['step']} - " in log_text[:resumed], log_text[-3000:]
     assert state["status"] == "SUCCEEDED" and state["phase"] == "removed"
-    resumed = state["restarts"][0]["resumed_step"]  # the worker's loss is the first restart
-    assert isinstance(resumed, int) and resumed >= KILL_AT, state["restarts"]
+    step = state["restarts"][0]["resumed_step"]  # the worker's loss is the first restart
+    assert isinstance(step, int) and step >= KILL_AT, state["restarts"]
     assert (f"restart 1/2: node1 (lo1), the worker, was lost: its container exited with code 137 (killed); "
-            f"resumed from step {resumed}") in err, err[-3000:]
+            f"resumed from step {step}") in err, err[-3000:]
     assert json.loads((shared / "ckpt.json").read_text()) == {"step": STEPS}
     # after the restart every remaining step ran on both nodes, and the log holds both attempts once
-    for n in range(resumed + 1, STEPS + 1):
+    for n in range(step + 1, STEPS + 1):
         assert f"step:{n} - training/nodes:2 " in run.stdout(), run.stdout()[-2000:]
     assert log_text.count(f"done: {STEPS} steps") == 1 and log_text.count("step:1 - training/nodes:2 ") == 1
     status = rlbox("status", "--name", name, "--runs-dir", runs)
-    assert "restart 1/2: node1 (lo1), the worker, was lost" in status.stdout and f"resumed from step {resumed}" in status.stdout
+    assert "restart 1/2: node1 (lo1), the worker, was lost" in status.stdout and f"resumed from step {step}" in status.stdout
     assert "Traceback" not in err
     assert leftovers(name) == []
 
