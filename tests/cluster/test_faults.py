@@ -80,7 +80,7 @@ def test_frozen_worker_head_lost_in_a_restart_and_cut_off_worker_are_each_named(
     named within 5 s of Ray marking it DEAD; (j) the process exits with the code state.json records."""
     run = Run(runs, tmp_path / "shared", "ft-loss", 400, "--max-restarts", "2", pause=0.5,
               where=(*_sim(tmp_path / "hosts", "ft0", "ft1"), "--no-doctor"))
-    run.wait_for("step:2 ", timeout=600)  # a loaded machine brings Ray up slowly
+    run.wait_for("step:2 ")  # a loaded machine brings Ray up slowly (wait_for: 600 s)
     worker = docker.from_env().containers.get(run.container(1))
     worker.pause()
     paused = time.monotonic()

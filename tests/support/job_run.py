@@ -76,7 +76,11 @@ class Run:
         for line in stream:
             into.append((time.monotonic(), line) if stamped else line)
 
-    def wait_for(self, text: str, timeout: float = 180) -> None:
+    def wait_for(self, text: str, timeout: float = 600) -> None:
+        """Until ``text`` is in the run's output (the run ending first, or ``timeout``, fails the test).
+        600 s by default: a run whose head's Ray start timed out comes up again, twice at most
+        (watch.START_AGAIN), each bring-up bounded by the run's own timeout; under a loaded CI three
+        bring-ups took over 180 s before the first step (ci11: test_head_lost, the product right)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if any(text in (x[1] if isinstance(x, tuple) else x) for x in self.lines + self.out):

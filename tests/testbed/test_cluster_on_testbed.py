@@ -168,7 +168,7 @@ def test_node_routes_to_the_head_and_picks_its_interface_and_the_job_s_exit_code
 def test_ctrl_c_mid_run_leaves_nothing_on_any_host(clean, tmp_path):
     bed = clean
     job = Run(tmp_path / "runs", tmp_path / "shared", "tbt-int", 60, where=("--cluster", bed.cluster(1, 2)))
-    job.wait_for("step:1 ", timeout=300)
+    job.wait_for("step:1 ")
     job.proc.send_signal(signal.SIGINT)
     code = job.finish(timeout=180)
     err = job.stderr()
