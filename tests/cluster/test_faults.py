@@ -166,8 +166,9 @@ def _run_ids(name: str) -> tuple[set[str], set[str], list[str]]:
 def test_replace_after_kill_9_then_racing_replaces_then_head_lost_and_the_detached_log(runs, tmp_path):
     """(c) after `kill -9` of rlbox, --replace passes its own pre-flight (ports included);
     (d) two --replace at once (once in CI, RLBOX_REPLACE_RACES times by `make replace-races`): exactly
-    one wins, the other is told, and the winner holds every claim; (h) a detached run's log is kept under runs/NAME/; (g) after its head dies
-    `logs -f` ends naming it and `status` says lost; `stop` leaves nothing."""
+    one wins, the other is told, and the winner holds every claim; (h) a detached run's log is kept
+    under runs/NAME/; (g) after its head dies `logs -f` ends naming it and `status` says lost; `stop`
+    leaves nothing."""
     name = "ft-repl"
     common = ("run", *_sim(tmp_path, "ft-host"), "--name", name, "--runs-dir", str(runs))
     first = subprocess.Popen([sys.executable, "-m", "rlbox.cli", *common, "--no-doctor", "--", "python3", "-c",

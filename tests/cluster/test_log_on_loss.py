@@ -19,7 +19,7 @@ import docker
 import pytest
 
 from conftest import rlbox
-from support.engine import leftovers, remove_test_runs
+from support.engine import claims, leftovers, remove_test_runs
 from support.job_run import BESIDE_DEVICES, Run, own_hosts
 
 pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]
@@ -44,12 +44,6 @@ def _line_of(marker) -> dict | None:
         return json.loads(marker.read_text())
     except (OSError, ValueError):
         return None
-
-
-def _claims(run: str) -> list[tuple[str, str]]:
-    """Run ``run``'s claims: each one's name and the run id holding it."""
-    boxes = docker.from_env().containers.list(all=True, ignore_removed=True, filters={"label": f"io.rlbox.claim={run}"})
-    return sorted((b.name, b.labels.get("io.rlbox.claim-run-id", "")) for b in boxes)
 
 
 def _start(runs, shared, name, *extra, steps=STEPS) -> Run:
@@ -84,7 +78,7 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
         if looked_at != step and step < KILL_AT and (runs / name / "state.json").exists():
             try:  # the worker's init, looked up at each step before the moment (not at it): the kill is one system call
                 worker_pid = docker.from_env().containers.get(run.container(1)).attrs["State"]["Pid"] or None
-                held = _claims(name) if step else held  # the run's claims while its job runs
+                held = claims(name) if step else held  # the run's claims while its job runs
                 looked_at = step
             except (docker.errors.NotFound, KeyError, IndexError, ValueError):
                 pass
@@ -101,7 +95,7 @@ def test_a_worker_killed_within_half_a_second_of_a_step_line_loses_no_step(runs,
     names = {n for n, _ in held}  # its name, each node's NPUs, its port block
     assert f"rlbox-claim-run-{name}" in names and all(any(n.startswith(f"rlbox-claim-{h}-npu") for n in names)
                                                       for h in HOSTS), held
-    assert _claims(name) == held
+    assert claims(name) == held
     code = run.finish(timeout=300)
     err = run.stderr()
     state = run.state()

@@ -13,7 +13,7 @@ import docker
 import pytest
 
 from conftest import rlbox
-from support.engine import leftovers, remove_test_runs
+from support.engine import claims, leftovers, remove_test_runs
 from support.job_run import BESIDE_DEVICES, Run, own_hosts
 
 pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]
@@ -68,9 +68,9 @@ def test_a_head_whose_ray_start_timed_out_is_brought_up_again_and_the_job_runs(r
         time.sleep(0.05)
     else:
         pytest.fail("the head's raylet was never frozen:\n" + run.stderr()[-2000:])
-    held = _claims("t12-headup")
+    held = claims("t12-headup")
     run.wait_for("bringing the cluster up again (1/2)", timeout=150)
-    assert _claims("t12-headup") == held
+    assert claims("t12-headup") == held
     code = run.finish()
     err = run.stderr()
     assert code == 0, err[-3000:]
@@ -79,12 +79,6 @@ def test_a_head_whose_ray_start_timed_out_is_brought_up_again_and_the_job_runs(r
     assert "restart" not in err and "cluster ready" in err
     assert run.state()["status"] == "SUCCEEDED"
     assert leftovers("t12-headup") == []
-
-
-def _claims(run: str) -> list[tuple[str, str]]:
-    """Run ``run``'s claims: each one's name and the run id holding it."""
-    boxes = docker.from_env().containers.list(all=True, ignore_removed=True, filters={"label": f"io.rlbox.claim={run}"})
-    return sorted((b.name, b.labels.get("io.rlbox.claim-run-id", "")) for b in boxes)
 
 
 def test_head_lost_is_named_and_everything_is_removed(runs, tmp_path):

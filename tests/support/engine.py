@@ -21,6 +21,12 @@ def names(key: str, value: str = "true") -> list[str]:
     return [b.name for b in labelled(key, value)]
 
 
+def claims(run: str) -> list[tuple[str, str]]:
+    """Run ``run``'s claims (its name, each node's NPUs, its port block): each one's name and the run id
+    holding it."""
+    return sorted((b.name, b.labels.get("io.rlbox.claim-run-id", "")) for b in labelled("io.rlbox.claim", run))
+
+
 def remove_labelled(key: str, value: str = "true") -> None:
     for box in labelled(key, value):
         box.remove(force=True)
