@@ -31,7 +31,10 @@ LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()
 # - "beside", with four workers or more (`make test TEST_WORKERS=4`): the engine tests marked
 #   `beside_sims`: simulated hosts of their own names (support.job_run.own_hosts) on NPUs 5-12 (Ray's port
 #   slot 5, which no test of the "engine" group uses), or none at all and no fixed name, port or address
-#   (AISBench, vLLM's checks in one container). With fewer workers they are in the "engine" group.
+#   (AISBench, vLLM's checks in one container). With fewer workers those of the modules in BESIDE_TESTBED
+#   join the "testbed" group (nothing of theirs is the testbed's: its hosts have their own engines and
+#   networks), the others the "engine" group: the two groups are each a worker's whole load, the longer
+#   one the suite's wall time (stop 47's CI: engine 46.6 min, testbed 28.2; test_faults.py ~10 of the 46).
 # Within a group two tests never run side by side (they share the session's images and testbed, and one
 # engine's simulated hosts); the groups do, since nothing of one is another's: claims are per host and NPU,
 # the pre-flight's stale-Ray check counts only Ray on its host's network (preflight.facts.RAY_PROCESSES), and
@@ -43,6 +46,7 @@ LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()
 # here (ci9, ci10; ci7 with three: 52.4), the 2 cores busy throughout either way, and neither run was green
 # (each failure found a race or a bug, fixed since; docs/benchmarks.md).
 BESIDE_APART = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0) >= 4
+BESIDE_TESTBED = {"test_faults.py"}
 ENGINE_GROUP, TESTBED_GROUP, BESIDE_GROUP = "engine", "testbed", "beside"
 SERIAL_FIXTURES = {"engine", "ais_bench"}
 
@@ -57,6 +61,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(TESTBED_GROUP))
         elif item.get_closest_marker("beside_sims") and BESIDE_APART:
             item.add_marker(pytest.mark.xdist_group(BESIDE_GROUP))
+        elif item.get_closest_marker("beside_sims") and item.path.name in BESIDE_TESTBED:
+            item.add_marker(pytest.mark.xdist_group(TESTBED_GROUP))
         elif SERIAL_FIXTURES & names or item.get_closest_marker("engine") or item.get_closest_marker("aisbench"):
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 

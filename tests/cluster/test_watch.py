@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
+
 import pytest
 
 from rlbox.cluster import jobs, watch
@@ -446,6 +449,15 @@ def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_once_its_bud
             self.starts += 1
             self.status = "running"
 
+        def get_archive(self, path):  # the raylet's own log, as the engine gives a file: a tar stream
+            assert path == watch.RAYLET_LOG
+            data, buf = RAYLET_OUT.encode(), io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                info = tarfile.TarInfo("raylet.out")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            return iter([buf.getvalue()[:100], buf.getvalue()[100:]]), {"name": "raylet.out"}
+
     boxes = {"c0": Container("c0"), "c1": Container("c1")}
     said = []
     cluster = _cluster_of(boxes, said.append)
@@ -462,8 +474,33 @@ def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_once_its_bud
         cluster.wait_ready(10)
     assert boxes["c1"].starts == watch.RAYLET_WAITS and boxes["c0"].starts == 0
     again = [line for line in said if "starting it again" in line]
-    assert again == [f"node1 (h1): Ray's start-up gave up (timed out during startup); "
+    assert again == [f"node1 (h1): Ray's start-up gave up (timed out during startup; raylet: {RAYLET_WARNED}); "
                      f"starting it again ({k}/{watch.RAYLET_WAITS})" for k in range(1, watch.RAYLET_WAITS + 1)]
+
+
+RAYLET_WARNED = ("[2026-11-29 15:46:20,004 W 61 61] (raylet) gcs_rpc_client.h:151: Failed to connect to GCS at "
+                 "address 10.0.0.1:6379 within 5 seconds.")
+RAYLET_OUT = ("[2026-11-29 15:46:18,123 I 61 61] (raylet) main.cc:226: Setting cluster ID to: 3f\n"
+              f"{RAYLET_WARNED}\n[2026-11-29 15:46:21,500 I 61 61] (raylet) main.cc:300: retrying\n\n")
+
+
+@pytest.mark.parametrize("text, line", [
+    (RAYLET_OUT, RAYLET_WARNED),  # the last warning or error, not the last line
+    ("[2026-11-29 15:46:18,123 I 61 61] (raylet) a\n[2026-11-29 15:46:19,000 I 61 61] (raylet) b\n",
+     "[2026-11-29 15:46:19,000 I 61 61] (raylet) b"),  # none: the last line
+    ("[2026-11-29 15:46:19,000 E 61 61] (raylet) " + "x" * 300, "[2026-11-29 15:46:19,000 E 61 61] (raylet) " + "x" * 157),
+    ("", ""),
+])
+def test_the_raylet_s_words_are_its_last_warning_or_error(text, line):
+    assert watch.raylet_line(text) == line
+
+
+def test_a_container_whose_engine_cannot_give_the_raylet_log_gives_no_words():
+    class Gone:
+        def get_archive(self, path):
+            raise OSError("No such container:path")
+
+    assert watch.raylet_words(Gone()) == ""
 
 
 @pytest.mark.parametrize("role, last, gives_up", [

@@ -66,16 +66,18 @@ def test_smoke_job_through_a_slurm_allocation(clean, tmp_path):
 def test_two_runs_share_two_nodes_by_the_npu_ids_slurm_allocates(clean, tmp_path):
     """Two runs asking 8 of each node's 16 NPUs as GRES (`--gres-npus --devices 8`), started at once: Slurm
     packs both on the same two nodes with disjoint ids (read from `scontrol show job -d`, never guessed);
-    each run's containers get exactly those devices, and each job sees its 16 NPUs in Ray."""
+    each run's containers get exactly those devices, and each job sees its 16 NPUs in Ray. Bring-up may take
+    600 s: four raylets and two GCSs at once on a loaded 2-core machine met Ray's 30 s registration limit four
+    times in a row on one worker (the CI of stop 47), each time started again (watch.RAYLET_WAITS)."""
     job = ["--", "python3", "-c", "import ray, time; ray.init(address='auto'); time.sleep(4);"
            "print('npus', ray.cluster_resources()['NPU'])"]
     procs = [subprocess.Popen([sys.executable, "-m", "rlbox.cli", "run", "--backend", "slurm", "--cluster", clean.cluster_file,
                                "--runs-dir", str(tmp_path), "--image", clean.image, "--nodes", "2", "--devices", "8",
-                               "--gres-npus", "--time", "10", "--name", name, *job],
+                               "--gres-npus", "--time", "10", "--timeout", "600", "--name", name, *job],
                               cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env=dict(os.environ, PYTHONPATH=str(REPO / "launcher")))
              for name in ("sl-ga", "sl-gb")]
-    outs = [p.communicate(timeout=600) for p in procs]
+    outs = [p.communicate(timeout=900) for p in procs]
     ids = {}
     for p, (out, err), name in zip(procs, outs, ("sl-ga", "sl-gb")):
         assert p.returncode == 0, err[-3000:]

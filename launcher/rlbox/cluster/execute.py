@@ -140,7 +140,7 @@ class Cluster:
                 why = watch.gave_up(box)
                 if watch.start_again(node, box, tries.get((i, why), 0)):
                     tries[i, why] = tries.get((i, why), 0) + 1
-                    boxes[i] = self.start_again(i, tries[i, why], why)
+                    boxes[i] = self.start_again(i, tries[i, why], why, box)
             loss = watch.judge(looking.expected, boxes, None)
             if loss is not None:
                 # judge names the head first: when it gave up, the loss is its own
@@ -164,13 +164,13 @@ class Cluster:
         self.phases.mark("NPUs")
         self.learn_addresses()
 
-    def start_again(self, index: int, attempt: int, why: str) -> watch.Box:
-        """Start a worker's exited container again (Ray's start-up gave up: ``why``, watch.gave_up);
-        what its engine then says of it."""
+    def start_again(self, index: int, attempt: int, why: str, box: watch.Box) -> watch.Box:
+        """Start a worker's exited container again (Ray's start-up gave up: ``why``, watch.gave_up, as
+        its engine said in ``box``); what its engine then says of it."""
         node_plan, node = self.plan.nodes[index], self.nodes[index]
         if self.gate is not None:  # started again, its node script waits for a new go
             self.gate.given.discard(node_plan.index)
-        self.echo(f"{node_plan.label}: Ray's start-up gave up ({why}); "
+        self.echo(f"{node_plan.label}: Ray's start-up gave up ({watch.said_when_gave_up(why, box)}); "
                   f"starting it again ({attempt}/{watch.budget(why)})")
         try:
             node.client.containers.get(node_plan.container.name).start()

@@ -12,11 +12,13 @@ by the host's name, so hosts given by name, by address or simulated are watched 
 
 from __future__ import annotations
 
+import io
 import re
+import tarfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import requests
 
@@ -53,6 +55,7 @@ class Box:
     last_line: str = ""
     since: float = 0.0  # seconds the status has held (for UNREACHABLE)
     tail: tuple[str, ...] = ()  # its last lines of output, oldest first (stdout and stderr interleave)
+    raylet: str = ""  # a node that gave up on Ray's start-up: the last warning or error of its raylet's own log
 
 
 @dataclass(frozen=True)
@@ -129,9 +132,10 @@ RAY_START_TIMED_OUT = "timed out during startup"
 # head's raylet may still be starting
 RAY_HEAD_NOT_FOUND = "No node info found for head node in GCS"
 # times a worker whose raylet timed out registering is started again during bring-up, 30 s each: a loaded
-# machine (the CI of stop 44: two runs' four raylets and their GCSs on two shared cores) timed out three
-# times in a row; the bring-up's own timeout ends it sooner
-RAYLET_WAITS = 4
+# machine (the CIs of stops 44 and 47: two runs' four raylets and their GCSs on two shared cores, beside the
+# rest of the suite) timed out three, then four times in a row; the bring-up's own timeout (--timeout) is the
+# bound that counts, this one only ends a loop that will not end otherwise
+RAYLET_WAITS = 8
 START_AGAIN = 2  # times a cluster whose head's raylet timed out registering is brought up again
 # times a worker that gave up on the head's registration is: 40 s each, as long as a worker waited for the
 # head's raylet port before it started at the GCS (~300 s); the bring-up's own timeout ends it sooner
@@ -163,6 +167,37 @@ def gave_up(box: Box) -> str | None:
     """Which of Ray's start-up give-ups a node's last lines hold (None: neither)."""
     said = (box.last_line, *box.tail)  # Ray's exception on stderr may come before its last stdout line
     return next((words for words in (RAY_START_TIMED_OUT, RAY_HEAD_NOT_FOUND) if any(words in line for line in said)), None)
+
+
+# where Ray's raylet writes its own log in a node's container (`ray start`'s session folder), not to the output
+RAYLET_LOG = "/tmp/ray/session_latest/logs/raylet.out"
+_LEVEL = re.compile(r"^\[[^\]]* ([EWF]) \d+ \d+\] ")  # [2026-11-29 15:46:18,123 E 87 87] (raylet) main.cc:...
+
+
+def raylet_words(container) -> str:
+    """The last warning or error line of the raylet's log in an exited node container (read through the
+    engine: no process runs in it), else its last line: why its registration did not come in time, in Ray's
+    words. Empty when the engine cannot give it (no session yet)."""
+    try:
+        chunks, _ = container.get_archive(RAYLET_LOG)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            member = tar.next()
+            text = tar.extractfile(member).read()[-65536:].decode(errors="replace") if member and member.isfile() else ""
+    except Exception:  # noqa: BLE001 - a diagnosis only: the give-up itself is judged from the output
+        return ""
+    return raylet_line(text)
+
+
+def raylet_line(text: str) -> str:
+    """The last warning or error line of a raylet log's text, else its last line (at most 200 characters)."""
+    lines = [_ANSI.sub("", line).strip() for line in text.splitlines() if line.strip()]
+    flagged = [line for line in lines if _LEVEL.match(line)]
+    return (flagged or lines or [""])[-1][:200]
+
+
+def said_when_gave_up(why: str, box: Box) -> str:
+    """A give-up's reason for its line: Ray's words, and the raylet's own when its log gave one."""
+    return f"{why}; raylet: {box.raylet}" if box.raylet else why
 
 
 def expected_of(plan: RunPlan, addresses: dict[int, str] | None = None) -> list[Expected]:
@@ -246,8 +281,8 @@ class Watch:
         except Exception:  # noqa: BLE001
             lines = []
         lines = [_ANSI.sub("", line).strip()[:200] for line in lines]
-        return Box(box.status, box.attrs.get("State", {}).get("ExitCode"), lines[-1] if lines else "",
-                   tail=tuple(lines))
+        said = Box(box.status, box.attrs.get("State", {}).get("ExitCode"), lines[-1] if lines else "", tail=tuple(lines))
+        return said if gave_up(said) is None else replace(said, raylet=raylet_words(box))
 
     def _table(self) -> list[ray.RayNode] | None:
         if not self.dashboard:
