@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import rlbox
+from rlbox.cluster import watch
 from support.engine import leftovers, remove_test_runs
 from support.sshd import SshServer
 
@@ -50,17 +51,36 @@ def test_detach_status_logs_stop_and_refusal(runs):
     assert leftovers(name) == []
 
 
-def test_worker_that_cannot_join_times_out_naming_it(runs, tmp_path):
-    fake_ray = tmp_path / "ray"
-    fake_ray.write_text("#!/bin/sh\necho 'this ray never joins' >&2\nexec sleep 3600\n")
-    fake_ray.chmod(0o755)
+# The sim image's raylet (Ray 2.60), replaced on one node by one that writes its log where Ray tells the raylet
+# to (its --stdout_filepath: the session's logs/raylet.out) and never registers with the GCS.
+SILENT_RAYLET = """#!/bin/sh
+for a in "$@"; do case $a in --stdout_filepath=*) out=${a#*=} ;; esac; done
+{ echo "[2026-11-29 16:50:00,000 I 7 7] main.cc:1: starting"
+  echo "[2026-11-29 16:50:01,000 W 7 7] gcs_rpc_client.h:151: this raylet never registers"
+  echo "[2026-11-29 16:50:02,000 I 7 7] main.cc:2: waiting"; } > "$out"
+exec sleep 3600
+"""
+RAYLET_IN_IMAGE = "/opt/rlbox/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet"
+
+
+def test_worker_that_cannot_join_is_started_again_with_its_raylet_s_words_then_times_out_naming_it(runs, tmp_path):
+    """Real `ray start` on a worker whose raylet never registers: Ray's own give-up (its fixed 30 s) is seen, the
+    node is started again with the raylet's last warning in the line (read from the exited container), and the
+    bring-up's --timeout names the node that never joined."""
+    raylet = tmp_path / "raylet"
+    raylet.write_text(SILENT_RAYLET)
+    raylet.chmod(0o755)
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(f"hosts:\n  - host: node-a\n  - host: node-b\n    mounts: ['{fake_ray}:/opt/rlbox/venv/bin/ray:ro']\n")
+    cluster.write_text(f"hosts:\n  - host: node-a\n  - host: node-b\n    mounts: ['{raylet}:{RAYLET_IN_IMAGE}:ro']\n")
     proc = rlbox("run", "--sim", "--cluster", cluster, "--nodes", "2", "--name", "t-join", "--runs-dir", runs,
-                 "--timeout", "40", "--smoke-test")  # the head's Ray joins well within it on a loaded machine
+                 "--timeout", "75", "--smoke-test")  # Ray's 30 s and a start, within it on a loaded machine
     assert proc.returncode == 2
+    again = [line for line in proc.stderr.splitlines() if "starting it again" in line]
+    assert again and again[0] == ("rlbox: node1 (node-b): Ray's start-up gave up (timed out during startup; raylet: "
+                                  "[2026-11-29 16:50:01,000 W 7 7] gcs_rpc_client.h:151: this raylet never registers); "
+                                  f"starting it again (1/{watch.RAYLET_WAITS})"), proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert "cluster not ready (timed out after 40 s): 16/32 NPUs from 1/2 nodes; never joined: node1 (node-b)" in last
+    assert "cluster not ready (timed out after 75 s): 16/32 NPUs from 1/2 nodes; never joined: node1 (node-b)" in last
     assert leftovers("t-join") == []
 
 
