@@ -47,9 +47,10 @@ setup:
 	bash .ci/provision
 
 # Three pytest-xdist workers: two groups of engine tests, each in order on one (the session's testbed, with
-# test_faults.py's fault replays on hosts of their own; the local engine's), the rest (no engine, or only reading it) on the third and on any worker that is free
-# (tests/conftest.py). TEST_WORKERS=4 gives the tests `beside_sims` (hosts of their own names, NPUs 5-12)
-# a group and a worker of their own. TEST_WORKERS=0 runs everything in this process.
+# test_faults.py's fault replays on hosts of their own; the local engine's), the rest (no engine, or only
+# reading it) on the third and on any worker that is free (tests/conftest.py). TEST_WORKERS=4 gives the tests
+# `beside_sims` (hosts of their own names, NPUs 5-12) a group and a worker of their own. TEST_WORKERS=0 runs
+# everything in this process.
 TEST_WORKERS ?= 3
 test: setup
 	$(PYTHON) -m pytest -q -m 'not chain' $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
