@@ -12,9 +12,7 @@ by the host's name, so hosts given by name, by address or simulated are watched 
 
 from __future__ import annotations
 
-import io
 import re
-import tarfile
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +23,7 @@ import requests
 from rlbox.cluster import ray
 from rlbox.cluster.hosts import Node
 from rlbox.cluster.plan import RunPlan
+from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -179,13 +178,10 @@ def raylet_words(container) -> str:
     engine: no process runs in it), else its last line: why its registration did not come in time, in Ray's
     words. Empty when the engine cannot give it (no session yet)."""
     try:
-        chunks, _ = container.get_archive(RAYLET_LOG)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
-            member = tar.next()
-            text = tar.extractfile(member).read()[-65536:].decode(errors="replace") if member and member.isfile() else ""
+        log = engine.read_file(container, RAYLET_LOG) or b""
     except Exception:  # noqa: BLE001 - a diagnosis only: the give-up itself is judged from the output
         return ""
-    return raylet_line(text)
+    return raylet_line(log[-65536:].decode(errors="replace"))
 
 
 def raylet_line(text: str) -> str:

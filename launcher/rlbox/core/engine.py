@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import signal
 import sys
+import tarfile
 import threading
 from collections.abc import Iterator
 
@@ -70,6 +72,22 @@ def reason(err: Exception) -> str:
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
     return " ".join(str(text).split())[:300]
+
+
+def read_file(container, path: str) -> bytes | None:
+    """One file's bytes from a container, through the engine (`docker cp`'s archive: a created, running or
+    exited container alike); None when it has no such file (or ``path`` is a folder). Any other answer of
+    the engine is raised."""
+    from docker.errors import NotFound
+
+    try:
+        stream, _ = container.get_archive(path)
+    except NotFound:
+        return None
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.next()
+        handle = tar.extractfile(member) if member else None
+        return handle.read() if handle else None
 
 
 def remove_quietly(box) -> None:

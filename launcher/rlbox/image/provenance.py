@@ -16,21 +16,9 @@ SBOM_PATH = "/etc/rlbox/sbom.json"
 
 def read_files(client, image: str, paths: list[str]) -> dict[str, bytes | None]:
     """Files' bytes from an image, through one created (never started) container."""
-    from docker.errors import NotFound
-
-    out: dict[str, bytes | None] = {}
     container = client.containers.create(image, command=["true"], entrypoint=[])
     try:
-        for path in paths:
-            try:
-                stream, _ = container.get_archive(path)
-            except NotFound:
-                out[path] = None
-                continue
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                member = tar.next()
-                handle = tar.extractfile(member) if member else None
-                out[path] = handle.read() if handle else None
+        out = {path: engine.read_file(container, path) for path in paths}
     finally:
         container.remove(force=True)
     return out
