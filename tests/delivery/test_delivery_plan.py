@@ -272,24 +272,75 @@ def test_a_source_node_warms_the_hops_below_its_own_and_one_node_warms_none():
 
 
 def test_the_warm_script_ends_its_master_when_its_input_closes(tmp_path):
-    """WARM_SCRIPT with a stand-in for ssh that, like ssh's own session, ends at its input's end:
-    the master is given the session's input (not /dev/null, not a background job's), runs while
-    it is open and is gone once it closes."""
+    """WARM_SCRIPT with a stand-in for ssh that, like ssh with -N and ControlPersist, returns once
+    its master runs in the background, and ends that master on `-O stop`: the master is made with
+    no session of its own (-N, no login shell on the child) before the script reads its input,
+    runs while that is open and is told to stop once it closes (the real master's ending with its
+    last hop: tests/delivery/test_delivery_execute.py)."""
     pidfile = tmp_path / "pid"
-    fake = ["sh", "-c", f'echo $$ > {pidfile}; exec cat >/dev/null', "ssh"]
-    proc = subprocess.Popen(["sh", "-c", dstream.WARM_SCRIPT, "rlbox-deliver-t", "child", *fake], stdin=subprocess.PIPE)
+    fake = ["sh", "-c", f"""case " $* " in
+        *" -N "*) sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {pidfile} ;;
+        *" -O stop "*) kill "$(cat {pidfile})" ;;
+        *) exit 64 ;;
+    esac""", "ssh"]
+    proc = subprocess.Popen(["sh", "-c", dstream.WARM_SCRIPT, "rlbox-deliver-t", "child", "60", *fake], stdin=subprocess.PIPE)
     deadline = time.monotonic() + 10
     while not pidfile.exists() or not pidfile.read_text().strip():
         assert time.monotonic() < deadline
         time.sleep(0.05)
     master = int(pidfile.read_text())
-    os.kill(master, 0)  # running
+    time.sleep(0.2)
+    os.kill(master, 0)  # running, and the script waits on its input
+    assert proc.poll() is None
     proc.stdin.close()
     assert proc.wait(timeout=10) == 0
     deadline = time.monotonic() + 10
     while Path(f"/proc/{master}").exists() and "zombie" not in Path(f"/proc/{master}/status").read_text().lower():
         assert time.monotonic() < deadline, "the master outlived its warm-up"
         time.sleep(0.05)
+
+
+def test_a_warm_up_masters_with_no_session_and_persists_only_so_long():
+    words = dstream.warm_words(Host("b", ssh_port=22), "rlbox-deliver-t")
+    assert words[:2] == ["sh", "-c"] and words[3:6] == ["rlbox-deliver-t", "b", str(dstream.PERSIST)]
+    assert "-N" in dstream.WARM_SCRIPT and "ControlPersist=\"$persist\"" in dstream.WARM_SCRIPT
+
+
+class _Shown:
+    """What the progress display would show: nothing here."""
+
+    def set(self, *_args) -> None:
+        pass
+
+
+def _held(script: str, names: tuple[str, ...], monkeypatch, silence: float = 10) -> tuple[float, set[str]]:
+    """Stream.hold over one sink running ``script`` (its stderr the nodes' reports): seconds held, nodes ready."""
+    monkeypatch.setattr(dstream, "SSH_CONNECT_TIMEOUT", silence)
+    p = delivery.plan("img:1", RIGHT, tuple(NodeFacts(n) for n in names))
+    stream = dstream.Stream(p, {n: Host(n, ssh_port=22) for n in names}, progress=_Shown(), env=dict(os.environ),
+                            marker="mark")
+    stream.sinks.append(dstream.Sink(["sh", "-c", script], names))
+    stream.start_sink(stream.sinks[0])
+    started = time.monotonic()
+    try:
+        stream.hold()
+        return time.monotonic() - started, set(stream.ready)
+    finally:
+        stream.stop()
+
+
+def test_the_stream_is_held_until_every_node_says_it_runs(monkeypatch):
+    took, ready = _held('sleep 0.4; echo "mark a ready" >&2; sleep 0.4; echo "mark b other" >&2; '
+                        'echo "mark b ready" >&2; exec cat >/dev/null', ("a", "b"), monkeypatch)
+    assert ready == {"a", "b"} and 0.7 < took < 5, took
+
+
+def test_a_node_silent_for_ssh_s_connect_timeout_or_a_sink_that_ends_holds_it_no_longer(monkeypatch):
+    # b's hop failing: silent for ssh's own connect timeout (here 0.5 s) after a's answer, then the stream goes
+    took, ready = _held('echo "mark a ready" >&2; exec cat >/dev/null', ("a", "b"), monkeypatch, silence=0.5)
+    assert ready == {"a"} and 0.4 < took < 3, took
+    took, ready = _held('echo "mark a ready" >&2; exit 3', ("a", "b"), monkeypatch)  # the first node's session ended
+    assert ready == {"a"} and took < 3, took
 
 
 FAKE_DOCKER = """#!/bin/sh
@@ -326,7 +377,8 @@ def test_node_script_tree_tees_forwards_and_reports(tmp_path, fanout):
     proc = subprocess.run(argv, input=data, capture_output=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     reports = sorted(line for line in proc.stderr.decode().splitlines() if line.startswith("mark "))
-    assert reports == sorted(f"mark {n} loaded Loaded image: img:1" for n in names)
+    # each node says it runs (its hops begun) before its load's report: the launcher holds the stream for it
+    assert reports == sorted([f"mark {n} loaded Loaded image: img:1" for n in names] + [f"mark {n} ready" for n in names])
     loads = sorted(tmp_path.glob("load.*"))
     assert len(loads) == 5 and all(f.read_bytes() == data for f in loads)
 
@@ -350,8 +402,9 @@ def test_node_script_discard_and_source_node(tmp_path):
         src.stdin.close()
         src.kill()
     reports = sorted(line for line in err.decode().splitlines() if line.startswith("mark "))
-    assert reports == ["mark a loaded Loaded image: img:1", "mark b loaded Loaded image: img:1",
-                       "mark c loaded Loaded image: img:1", "mark src saved"]
+    assert reports == ["mark a loaded Loaded image: img:1", "mark a ready", "mark b loaded Loaded image: img:1",
+                       "mark b ready", "mark c loaded Loaded image: img:1", "mark c ready", "mark src ready",
+                       "mark src saved"]
     assert [f.stat().st_size for f in tmp_path.glob("load.*")] == [1000000] * 3
     for f in tmp_path.glob("load.*"):
         f.unlink()

@@ -17,10 +17,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from rlbox.cluster.hosts import ssh_argv, ssh_base, ssh_target
+from rlbox.cluster.hosts import SSH_CONNECT_TIMEOUT, ssh_argv, ssh_base, ssh_target
 from rlbox.cluster.spec import Host
 from rlbox.core.errors import RlboxError, last_line
 from rlbox.delivery import plan as delivery
+from rlbox.delivery.links import PERSIST
 from rlbox.delivery.plan import DeliveryPlan
 from rlbox.delivery.progress import Progress
 
@@ -60,6 +61,9 @@ while [ $# -gt 0 ]; do
     eval "$hop $(q "$target") \"\$cmd\"" <"$dir/k$kids" &
     pids="$pids $!"
 done
+# running, its children's hops begun: said before any byte arrives (the launcher holds the stream until
+# every node has said it, so the chain is made on CPUs the transfer does not use yet)
+say ready
 i=0
 while [ "$i" -lt "$kids" ]; do i=$((i + 1)); set -- "$@" "$dir/k$i"; done
 # GNU tee -p: an output that fails (this node's load, or a child) is dropped and the others are
@@ -152,15 +156,19 @@ def hop(host: Host, marker: str | None = None) -> list[str]:
 # On a sending node, while a delivery runs: an ssh master to one child, made before the stream
 # reaches this node, so that the hop to the child is a session on a connection already made (a
 # chain's hops otherwise make their connections one after another, each waiting for the one
-# above: ~0.25 s a hop on a 2-core machine). The master is this session's process itself (exec),
-# its own session a `cat` on the child reading this session's stdin, the launcher's pipe: when
-# that closes (the delivery ended, Ctrl-C, the launcher died) or this session is cut, the
-# master's own session ends, and the master with it once the hops through it have ended (ssh
-# keeps a master while sessions use it; it removes its socket). No process is left to clean up
-# if anything on this node is killed. $0 the delivery's marker, $1 the child's [user@]host,
-# then ssh and its options.
-WARM_SCRIPT = r"""t=$1; shift
-exec "$@" -o ControlMaster=yes -o ControlPersist=no -- "$t" "cat >/dev/null" >/dev/null 2>&1
+# above: ~0.25 s a hop on a 2-core machine). The master has no session of its own (-N): no login
+# shell on the child, whose ~/.bashrc every session reads (root's pyenv init here, ~90 ms a
+# session; conda's init on a cluster's accounts is the same kind), so a warm-up costs the child a
+# key exchange only. With ControlPersist ssh returns once the master is up and leaves it in the
+# background; this session then reads its stdin, the launcher's pipe: when that closes (the
+# delivery ended, Ctrl-C, the launcher died) or this session is cut, `-O stop` tells the master
+# to take no more sessions, and it ends once the hops through it have ended (it removes its
+# socket). Killed before that, the master ends PERSIST seconds after its last session.
+# $0 the delivery's marker, $1 the child's [user@]host, $2 PERSIST, then ssh and its options.
+WARM_SCRIPT = r"""t=$1; persist=$2; shift 2
+"$@" -o ControlMaster=yes -o ControlPersist="$persist" -N -- "$t" </dev/null >/dev/null 2>&1
+cat >/dev/null
+exec "$@" -O stop -- "$t" >/dev/null 2>&1
 """
 
 
@@ -183,7 +191,7 @@ def warm_words(child: Host, marker: str) -> list[str]:
     # -A of the hop asks, the master's own options decide), and the child needs the agent to make
     # its own hop when its master is not ready yet
     base = ssh_base(replace(child, identity_file=None)) + ["-A", "-o", f"ControlPath={control_path(marker)}"]
-    return ["sh", "-c", WARM_SCRIPT, marker, ssh_target(child), *base]
+    return ["sh", "-c", WARM_SCRIPT, marker, ssh_target(child), str(PERSIST), *base]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,6 +268,9 @@ class Stream:
     direct: bool = False  # the source node sends to its children itself
     warm: list[list[str]] = field(default_factory=list)  # per hop between nodes: the sender's warm-up (its argv here)
     warm_procs: list[subprocess.Popen] = field(default_factory=list)
+    ready: set[str] = field(default_factory=set)  # nodes whose script runs (said "ready")
+    ended: int = 0  # sinks whose output has ended
+    seen: threading.Condition = field(default_factory=threading.Condition, repr=False)  # a ready or an end
 
     def __post_init__(self):
         if self.group is None and self.plan.groups:
@@ -317,6 +328,11 @@ class Stream:
             if line.startswith(self.marker + " "):
                 _, name, rest = line.split(" ", 2)
                 state, _, detail = rest.partition(" ")
+                if state == "ready":
+                    with self.seen:
+                        self.ready.add(name)
+                        self.seen.notify_all()
+                    continue
                 if name == self.plan.source and name not in sink.names:  # the source node's own report
                     if state != "saved":
                         sink.lines.append(f"{name}: {detail}")
@@ -325,12 +341,30 @@ class Stream:
                 self.progress.set(name, "loaded" if state == "loaded" else "failed", detail if state != "loaded" else "")
             elif line.strip():
                 sink.lines.append(line.strip())
+        with self.seen:
+            self.ended += 1
+            self.seen.notify_all()
+
+    def hold(self) -> None:
+        """Until every node of the stream has said it runs (NODE_SCRIPT's "ready": its own hops begun),
+        reading nothing of the save meanwhile: the chain's hops, made one after another, are then made
+        on CPUs the transfer does not use yet, and the bytes sent before them would only have waited in
+        the pipes of the hops made so far (8 hosts here: the last node ran 3.9 s after the start with the
+        bytes flowing, ~3.2 s without). A wait for answers: a node silent for ssh's own connect timeout
+        after the one before (its hop is failing) or a sink that ended stops it, and the stream goes on
+        as it would have (the chain waits at a hop that is not up)."""
+        want = {n for sink in self.sinks for n in sink.names}
+        with self.seen:
+            while not want <= self.ready and not self.ended:
+                before = len(self.ready)
+                if not self.seen.wait(SSH_CONNECT_TIMEOUT) and len(self.ready) == before:
+                    return
 
     def source_argv(self) -> list[str]:
         words = ["docker", "save", "--", self.plan.image]
         return words if self.plan.source == "local" else self.on(self.plan.source, words)
 
-    def _start(self, sink: Sink) -> None:
+    def start_sink(self, sink: Sink) -> None:
         sink.proc = subprocess.Popen(sink.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, env=self.env)
         sink.reader = threading.Thread(target=self._read_reports, args=(sink,), daemon=True)
@@ -370,7 +404,7 @@ class Stream:
     def _stream(self) -> None:
         if self.direct:  # nothing passes through here: start it, wait for it
             for sink in self.sinks:
-                self._start(sink)
+                self.start_sink(sink)
             self.warm_up_start()
             for sink in self.sinks:
                 sink.proc.wait()
@@ -382,8 +416,9 @@ class Stream:
         except FileNotFoundError:
             raise RlboxError("this machine: no docker CLI to save the image with") from None
         for sink in self.sinks:
-            self._start(sink)
+            self.start_sink(sink)
         self.warm_up_start()
+        self.hold()  # the save runs meanwhile (an engine that exports first does it now), its pipe full
         omit = frozenset(self.group.omitted if self.group else self.plan.omitted)
         chunks = filtered(self.source_proc.stdout, omit) if omit else raw(self.source_proc.stdout)
         broken: list[Sink] = []
