@@ -54,6 +54,7 @@ from rlbox.cluster import launch
 from rlbox.cluster import hosts, ray, watch
 from rlbox.cluster import state as run_state
 from rlbox.cluster.plan import LABEL_RUN
+from quiet import cpu_jiffies, settle
 from rlbox.cluster.preflight import checks
 from rlbox.core.errors import RlboxError
 from rlbox.delivery import execute as deliver
@@ -194,38 +195,6 @@ class Memory:
         while not self.stop.wait(self.period):
             used = self.sample()
             self.peak[self.label] = max(self.peak.get(self.label, 0), used)
-
-
-def cpu_times() -> list[int]:
-    """This machine's CPU time so far by kind (/proc/stat's first line: user, nice, system, idle,
-    iowait, ...), every process and container."""
-    return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-
-
-def cpu_jiffies() -> tuple[int, int]:
-    """(busy, all) CPU time of this machine so far (waiting on the disk counted as idle)."""
-    values = cpu_times()
-    return sum(values) - values[3] - values[4], sum(values)
-
-
-def settle(label: str, idle_share: float = 0.8, most: float = 120.0) -> None:
-    """Flush the disk's dirty pages (os.sync) and wait until this machine's CPUs were at least
-    ``idle_share`` idle, waiting on the disk counted as busy, over one second (at most ``most``
-    seconds), so that each measurement starts on a quiet machine: loading the image into 16 hosts
-    writes ~10 GB, and its writeback otherwise slows the next measurement's container creates."""
-    start = time.monotonic()
-    os.sync()
-    while time.monotonic() - start < most:
-        before = cpu_times()
-        time.sleep(1.0)
-        after = cpu_times()
-        total = sum(after) - sum(before)
-        if total > 0 and (after[3] - before[3]) / total >= idle_share:
-            break
-    waited = time.monotonic() - start
-    if waited > 1.5:
-        print(f"{label}: waited {waited:.0f} s for the disk's writeback and the CPUs to be {idle_share:.0%} idle",
-              flush=True)
 
 
 def busy_per_phase(marks: list[tuple[str, tuple[int, int]]], start: tuple[int, int]) -> str:

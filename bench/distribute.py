@@ -17,7 +17,8 @@ data in 4 layers on this machine's engine. For each number of hosts N:
             (what a topology without forwarding costs: N copies through this machine's link).
 
 and per host the bytes its link received (its veth's counters) against the stream's size. Every
-host's images are removed before each measurement; the testbed is taken down at the end.
+host's images are removed before each measurement, then (not --quick) the disk's writeback and the
+CPUs are waited for (bench/quiet.py); the testbed is taken down at the end.
 Prints per N the times, the ratios to one host (goal: sink at 8 hosts <= 1.5 x one host) and the
 largest bytes per link / stream size (goal <= 1.05), and the load average.
 --quick: 2 hosts, 12 MB, once (CI: does it run). Needs root (testbed, tc).
@@ -39,6 +40,7 @@ from rlbox.delivery import execute as deliver
 from rlbox.delivery.links import links_for
 from rlbox.testbed import execute as tb
 from rlbox.testbed import plan as tbplan
+from quiet import settle
 
 PREFIX = os.environ.get("RLBOX_BENCH_PREFIX", "")
 IMAGE = f"localhost/{PREFIX}ds-bench-distribute:1".replace("//", "/")
@@ -104,10 +106,12 @@ def left_over(state) -> list[str]:
     return out
 
 
-def measure(state, cluster: Path, n: int, mode: str, via: str, fanout: int | None) -> dict:
+def measure(state, cluster: Path, n: int, mode: str, via: str, fanout: int | None, quiet: bool) -> dict:
     spec = cluster_spec.from_file(cluster)
     hosts = state.hosts[:n]
     clear(state, hosts)
+    if quiet:  # the loads before wrote up to 2 GB; their writeback otherwise runs under the next measurement
+        settle(f"  {n} host(s) {mode}")
     before = received(state)
     start = time.perf_counter()
     with links_for(spec.hosts, agent=via == "chain") as links:  # as `rlbox distribute` does: its masters' close is timed too
@@ -165,7 +169,8 @@ def main() -> int:
                 row = {"hosts": n}
                 cases = [("load", "chain"), ("sink", "chain")] + ([("star", "launcher")] if star else [])
                 for label, via in cases:
-                    got = measure(state, cluster, n, "load" if label == "load" else "discard", via, args.fanout)
+                    got = measure(state, cluster, n, "load" if label == "load" else "discard", via, args.fanout,
+                                  quiet=not args.quick)  # --quick (CI): never quiet, each wait would run to its limit
                     row[label] = round(got["seconds"], 2)
                     row[f"{label}_link"] = round(max(got["links"].values()) / size, 3)
                     row["fanout"] = got["fanout"]
