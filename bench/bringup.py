@@ -54,7 +54,7 @@ from rlbox.cluster import launch
 from rlbox.cluster import hosts, ray, watch
 from rlbox.cluster import state as run_state
 from rlbox.cluster.plan import LABEL_RUN
-from quiet import cpu_jiffies, settle
+from _quiet import cpu_jiffies, settle
 from rlbox.cluster.preflight import checks
 from rlbox.core.errors import RlboxError
 from rlbox.delivery import execute as deliver

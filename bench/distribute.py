@@ -18,7 +18,7 @@ data in 4 layers on this machine's engine. For each number of hosts N:
 
 and per host the bytes its link received (its veth's counters) against the stream's size. Every
 host's images are removed before each measurement, then (not --quick) the disk's writeback and the
-CPUs are waited for (bench/quiet.py); the testbed is taken down at the end.
+CPUs are waited for (bench/_quiet.py); the testbed is taken down at the end.
 Prints per N the times, the ratios to one host (goal: sink at 8 hosts <= 1.5 x one host) and the
 largest bytes per link / stream size (goal <= 1.05), and the load average.
 --quick: 2 hosts, 12 MB, once (CI: does it run). Needs root (testbed, tc).
@@ -40,7 +40,7 @@ from rlbox.delivery import execute as deliver
 from rlbox.delivery.links import links_for
 from rlbox.testbed import execute as tb
 from rlbox.testbed import plan as tbplan
-from quiet import settle
+from _quiet import settle
 
 PREFIX = os.environ.get("RLBOX_BENCH_PREFIX", "")
 IMAGE = f"localhost/{PREFIX}ds-bench-distribute:1".replace("//", "/")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHES = sorted(p.name for p in (REPO / "bench").glob("*.py"))
+BENCHES = sorted(p.name for p in (REPO / "bench").glob("*.py") if not p.name.startswith("_"))  # _x.py: a helper of the benches
 # the benches whose quick run uses the session's testbed (tests/conftest.py) rather than one of their own
 ON_TESTBED = {"faults.py", "bringup.py"}
 
