@@ -6,6 +6,7 @@ tests/cluster/test_faults.py (three losses, two restarts)."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -74,8 +75,9 @@ def test_a_head_whose_ray_start_timed_out_is_brought_up_again_and_the_job_runs(r
     code = run.finish()
     err = run.stderr()
     assert code == 0, err[-3000:]
-    assert ("node0 (nl0), the Ray head: Ray's start-up gave up (timed out during startup); "
-            "bringing the cluster up again (1/2)") in err
+    # with the raylet's last words when its log has any (frozen within 10 ms of its start, it may have none)
+    assert re.search(r"node0 \(nl0\), the Ray head: Ray's start-up gave up \(timed out during startup(; raylet: [^\n]+)?\); "
+                     r"bringing the cluster up again \(1/2\)", err), err[-3000:]
     assert "restart" not in err and "cluster ready" in err
     assert run.state()["status"] == "SUCCEEDED"
     assert leftovers("t12-headup") == []

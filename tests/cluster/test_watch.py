@@ -527,13 +527,24 @@ def test_bring_up_raises_head_gave_up_for_a_head_whose_ray_start_timed_out(monke
         def logs(self, tail=None):
             return self.line.encode()
 
+        def get_archive(self, path):  # the head's raylet log, as the engine gives a file
+            data, buf = RAYLET_OUT.encode(), io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                info = tarfile.TarInfo("raylet.out")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            return iter([buf.getvalue()]), {"name": "raylet.out"}
+
     boxes = {"c0": Container("c0", "exited", f"{TIMED_OUT}\n"),
              "c1": Container("c1", "running", "rlbox-node: worker on 10.0.0.2 (eth0), head 10.0.0.1:6379\n")}
     cluster = _cluster_of(boxes, lambda line: None)
     monkeypatch.setattr(ray_mod, "wait_for_npus", lambda base, expected, total, timeout, progress, alive_check: alive_check())
     monkeypatch.setattr(watch, "period", lambda nodes: 0.0)
-    with pytest.raises(watch.HeadGaveUp, match=r"node0 \(h0\), the Ray head, was lost: its container exited with code 1"):
+    with pytest.raises(watch.HeadGaveUp, match=r"node0 \(h0\), the Ray head, was lost: its container exited with code 1") as up:
         cluster.wait_ready(10)
+    # the line that brings the cluster up again says why in Ray's words and its raylet's (execute)
+    assert up.value.said() == f"{watch.RAY_START_TIMED_OUT}; raylet: {RAYLET_WARNED}"
+    assert watch.HeadGaveUp(up.value.loss).said() == watch.RAY_START_TIMED_OUT  # no box: Ray's words alone
     boxes["c0"].line = "Exception: something else\n"
     with pytest.raises(watch.NodeLost) as lost:
         cluster.wait_ready(10)

@@ -144,8 +144,8 @@ class Cluster:
             loss = watch.judge(looking.expected, boxes, None)
             if loss is not None:
                 # judge names the head first: when it gave up, the loss is its own
-                gave_up = any(watch.head_gave_up(e, b) for e, b in zip(looking.expected, boxes))
-                raise (watch.HeadGaveUp if gave_up else watch.NodeLost)(loss)
+                head = next((b for e, b in zip(looking.expected, boxes) if watch.head_gave_up(e, b)), None)
+                raise watch.HeadGaveUp(loss, head) if head is not None else watch.NodeLost(loss)
             self.learn_addresses()
 
         self.learn_addresses()
@@ -336,7 +336,7 @@ def execute(
                     except watch.NodeLost as lost:  # a node lost while Ray comes up (the head too) is a loss
                         if isinstance(lost, watch.HeadGaveUp) and again < watch.START_AGAIN:
                             again += 1  # Ray's start-up timed out on the head: no job ran, no restart is spent
-                            echo(f"{lost.loss.label}, the Ray head: Ray's start-up gave up ({watch.RAY_START_TIMED_OUT}); "
+                            echo(f"{lost.loss.label}, the Ray head: Ray's start-up gave up ({lost.said()}); "
                                  f"bringing the cluster up again ({again}/{watch.START_AGAIN})")
                             cluster.take_down_to_come_up_again()
                             continue

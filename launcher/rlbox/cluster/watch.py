@@ -85,7 +85,16 @@ class NodeLost(RlboxError):
 
 class HeadGaveUp(NodeLost):
     """The head exited with Ray's start-up time-out while the cluster came up (``head_gave_up``):
-    the run brings the cluster up again, up to START_AGAIN times (execute), before it is a loss."""
+    the run brings the cluster up again, up to START_AGAIN times (execute), before it is a loss.
+    ``box``: what its engine said of it, with its raylet's last words (Watch reads them)."""
+
+    def __init__(self, loss: Loss, box: Box | None = None):
+        super().__init__(loss)
+        self.box = box
+
+    def said(self) -> str:
+        """Why, for the line that brings the cluster up again: Ray's words, and its raylet's when its log gave one."""
+        return said_when_gave_up(RAY_START_TIMED_OUT, self.box) if self.box is not None else RAY_START_TIMED_OUT
 
 
 def judge(expected: list[Expected], boxes: list[Box], table: list[ray.RayNode] | None,
