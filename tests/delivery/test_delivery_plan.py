@@ -335,12 +335,16 @@ def test_the_stream_is_held_until_every_node_says_it_runs(monkeypatch):
     assert ready == {"a", "b"} and 0.7 < took < 5, took
 
 
-def test_a_node_silent_for_ssh_s_connect_timeout_or_a_sink_that_ends_holds_it_no_longer(monkeypatch):
+def test_a_silent_node_a_sink_that_ends_or_a_line_that_is_no_report_holds_it_no_longer(monkeypatch):
     # b's hop failing: silent for ssh's own connect timeout (here 0.5 s) after a's answer, then the stream goes
     took, ready = _held('echo "mark a ready" >&2; exec cat >/dev/null', ("a", "b"), monkeypatch, silence=0.5)
     assert ready == {"a"} and 0.4 < took < 3, took
     took, ready = _held('echo "mark a ready" >&2; exit 3', ("a", "b"), monkeypatch)  # the first node's session ended
     assert ready == {"a"} and took < 3, took
+    # a's hop to b refused (sshd gone): ssh's line, no report, and b never says ready: no wait for it
+    took, ready = _held('echo "mark a ready" >&2; sleep 0.3; echo "ssh: connect to host b port 22: Connection refused" >&2; '
+                        'exec cat >/dev/null', ("a", "b"), monkeypatch)
+    assert ready == {"a"} and 0.2 < took < 3, took
 
 
 FAKE_DOCKER = """#!/bin/sh

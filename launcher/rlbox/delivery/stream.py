@@ -340,7 +340,9 @@ class Stream:
                 self.results[name] = (state, detail)
                 self.progress.set(name, "loaded" if state == "loaded" else "failed", detail if state != "loaded" else "")
             elif line.strip():
-                sink.lines.append(line.strip())
+                with self.seen:  # not a report: an ssh's or a shell's error, which may be why a node stays silent
+                    sink.lines.append(line.strip())
+                    self.seen.notify_all()
         with self.seen:
             self.ended += 1
             self.seen.notify_all()
@@ -350,12 +352,13 @@ class Stream:
         reading nothing of the save meanwhile: the chain's hops, made one after another, are then made
         on CPUs the transfer does not use yet, and the bytes sent before them would only have waited in
         the pipes of the hops made so far (8 hosts here: the last node ran 3.9 s after the start with the
-        bytes flowing, ~3.2 s without). A wait for answers: a node silent for ssh's own connect timeout
-        after the one before (its hop is failing) or a sink that ended stops it, and the stream goes on
-        as it would have (the chain waits at a hop that is not up)."""
+        bytes flowing, ~3.2 s without). A wait for answers: a line that is no report (a hop's ssh saying
+        it cannot connect: the nodes past it will never say "ready"), a sink that ended, or a node silent
+        for ssh's own connect timeout after the one before stops it, and the stream goes on as it would
+        have (the chain waits at a hop that is not up, or passes a node that is gone)."""
         want = {n for sink in self.sinks for n in sink.names}
         with self.seen:
-            while not want <= self.ready and not self.ended:
+            while not want <= self.ready and not self.ended and not any(sink.lines for sink in self.sinks):
                 before = len(self.ready)
                 if not self.seen.wait(SSH_CONNECT_TIMEOUT) and len(self.ready) == before:
                     return
