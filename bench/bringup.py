@@ -26,6 +26,7 @@ baseline's teardown too). Loading the image into the hosts is not counted (it is
 before; `rlbox testbed up` prints its time).
 Prints the times and the ratios rlbox/(a) and rlbox/(b) per size, then at the largest size rlbox/(b)
 and rlbox against itself at the smallest, the watch's CPU per tick per node, and the load average.
+--reps N: each size N times (rlbox, then the baselines, each time), the summary each size's median.
 --quick: 1 host, once. --name/--subnet: the testbed's (tbb, 10.201.3.0/24); --reuse: a testbed that is up,
 used as it is and left up (CI's quick run uses the test session's, as bench/faults.py does).
 Needs root and the sim image (make sim-image).
@@ -40,6 +41,7 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -439,6 +441,9 @@ def main() -> int:
                              "delivers the image to a host that lacks it, in its image phase")
     parser.add_argument("--no-seed", action="store_true",
                         help="skip baseline (a), the seed's one-host-after-another procedure (minutes at 16 hosts)")
+    parser.add_argument("--reps", type=int, default=1,
+                        help="measure each size this many times, rlbox and bare one after the other each time; the "
+                             "summary takes each size's median ratio (the Ray phases move by +-20 %% run to run here)")
     parser.add_argument("--perf", action="store_true",
                         help="also sample every CPU with `perf record -a` and print, per phase, the CPU-seconds "
                              "of the processes that took the most")
@@ -478,44 +483,50 @@ def main() -> int:
                       f"({per_host / 1e9:.2f} GB a host measured above, over the idle hosts) + 2 GB spare, "
                       f"and this machine has {available / 1e9:.1f} GB available", flush=True)
                 break
-            memory.label = n
-            cluster = bed.cluster(n, runs)
-            settled(f"{n} host(s): rlbox")
-            x = rlbox_bringup(n, cluster, runs, args.name, perf=args.perf)
-            r = x["ready"]
-            print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
-                  f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)
-            print(f"{n} host(s): rlbox's phases: {x['phases']}", flush=True)
-            print(f"{n} host(s): this machine's CPUs busy in them: {x['busy']}", flush=True)
-            if x["by_process"]:
-                print(f"{n} host(s): CPU by process in each phase (perf): {x['by_process']}", flush=True)
-            # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
-            # under load some never do); it is said, its containers removed, and the bench goes on
-            if not args.no_seed:
-                settled(f"{n} host(s): (a)")
-            a, a_down = (float("nan"), float("nan")) if args.no_seed else baseline(
-                lambda: seed_script(bed, n, image), bed, n, "rlbox-bench-seed", "(a)")
-            settled(f"{n} host(s): (b)")
-            b, b_down = baseline(lambda: parallel_bare(bed, n, image), bed, n, "rlbox-bench-bare", "(b)")
-            results.append({"hosts": n, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
-                            "rlbox_teardown_s": round(x["teardown"], 2), "rlbox_phases": x["phases"], "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
-                            "seed_script_s": round(a, 2), "seed_teardown_s": round(a_down, 2),
-                            "parallel_bare_s": round(b, 2), "bare_teardown_s": round(b_down, 2),
-                            "peak_pss_gb": round(memory.peak.get(n, 0) / 1e9, 2)})
-            print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
-                  f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick) | (a) seed ray_start.sh {a:6.1f} s (teardown {a_down:.1f} s)"
-                  f" | (b) bare parallel ray start {b:6.1f} s (teardown {b_down:.1f} s)"
-                  f" | rlbox/(a) {r / a:4.2f} | rlbox/(b) {r / b:4.2f} | rlbox-(b) {r - b:+5.1f} s"
-                  f" | hosts' peak PSS {memory.peak.get(n, 0) / 1e9:.2f} GB (all {max(sizes)} hosts, {n} with Ray)"
-                  f" | load {' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
+            for rep in range(1 if args.quick else max(1, args.reps)):
+                memory.label = n
+                cluster = bed.cluster(n, runs)
+                settled(f"{n} host(s): rlbox")
+                x = rlbox_bringup(n, cluster, runs, args.name, perf=args.perf)
+                r = x["ready"]
+                print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
+                      f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)
+                print(f"{n} host(s): rlbox's phases: {x['phases']}", flush=True)
+                print(f"{n} host(s): this machine's CPUs busy in them: {x['busy']}", flush=True)
+                if x["by_process"]:
+                    print(f"{n} host(s): CPU by process in each phase (perf): {x['by_process']}", flush=True)
+                # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
+                # under load some never do); it is said, its containers removed, and the bench goes on
+                if not args.no_seed:
+                    settled(f"{n} host(s): (a)")
+                a, a_down = (float("nan"), float("nan")) if args.no_seed else baseline(
+                    lambda: seed_script(bed, n, image), bed, n, "rlbox-bench-seed", "(a)")
+                settled(f"{n} host(s): (b)")
+                b, b_down = baseline(lambda: parallel_bare(bed, n, image), bed, n, "rlbox-bench-bare", "(b)")
+                results.append({"hosts": n, "rep": rep + 1, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
+                                "rlbox_teardown_s": round(x["teardown"], 2), "rlbox_phases": x["phases"], "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
+                                "seed_script_s": round(a, 2), "seed_teardown_s": round(a_down, 2),
+                                "parallel_bare_s": round(b, 2), "bare_teardown_s": round(b_down, 2),
+                                "peak_pss_gb": round(memory.peak.get(n, 0) / 1e9, 2)})
+                print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
+                      f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick) | (a) seed ray_start.sh {a:6.1f} s (teardown {a_down:.1f} s)"
+                      f" | (b) bare parallel ray start {b:6.1f} s (teardown {b_down:.1f} s)"
+                      f" | rlbox/(a) {r / a:4.2f} | rlbox/(b) {r / b:4.2f} | rlbox-(b) {r - b:+5.1f} s"
+                      f" | hosts' peak PSS {memory.peak.get(n, 0) / 1e9:.2f} GB (all {max(sizes)} hosts, {n} with Ray)"
+                      f" | load {' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
     finally:
         memory.stop.set()
         bed.down()
         shutil.rmtree(runs, ignore_errors=True)  # the runs' state files: nothing of the bench stays
     first, last = results[0], results[-1]
-    if len(results) > 1:
-        print(f"at {last['hosts']} hosts: rlbox/(b) {last['rlbox_s'] / last['parallel_bare_s']:.2f} (goal <= 1) | "
-              f"rlbox at {last['hosts']} / rlbox at {first['hosts']}: {last['rlbox_s'] / first['rlbox_s']:.2f} (goal <= 2) | "
+    if len({x["hosts"] for x in results}) > 1:
+        median = statistics.median
+        at = {n: [x for x in results if x["hosts"] == n] for n in dict.fromkeys(x["hosts"] for x in results)}
+        ratios = [x["rlbox_s"] / x["parallel_bare_s"] for x in at[last["hosts"]]]
+        each = f" (each run: {', '.join(f'{v:.2f}' for v in ratios)})" if len(ratios) > 1 else ""
+        scale = median([x["rlbox_s"] for x in at[last["hosts"]]]) / median([x["rlbox_s"] for x in at[first["hosts"]]])
+        print(f"at {last['hosts']} hosts: rlbox/(b) {median(ratios):.2f}{each} (goal <= 1) | "
+              f"rlbox at {last['hosts']} / rlbox at {first['hosts']}: {scale:.2f} (goal <= 2) | "
               f"watch CPU per tick per node: " + ", ".join(f"{x['hosts']}: {x['watch_tick_cpu_ms'] / x['hosts']:.1f} ms"
                                                            for x in results) + " (linear: flat or falling)")
     print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
