@@ -270,7 +270,7 @@ class Stream:
     warm_procs: list[subprocess.Popen] = field(default_factory=list)
     ready: set[str] = field(default_factory=set)  # nodes whose script runs (said "ready")
     ended: int = 0  # sinks whose output has ended
-    seen: threading.Condition = field(default_factory=threading.Condition, repr=False)  # a ready or an end
+    seen: threading.Condition = field(default_factory=threading.Condition, repr=False)  # a ready, a line, an end
 
     def __post_init__(self):
         if self.group is None and self.plan.groups:
