@@ -188,6 +188,34 @@ def test_a_node_failing_mid_chain_is_named_and_the_others_complete(hosts, cluste
     assert_no_leftovers()
 
 
+def test_a_node_that_cannot_be_reached_mid_chain_is_named_at_once_and_the_one_before_it_completes(hosts, cluster, images):
+    """The second node's sshd stops taking connections after the gather (its master from this machine
+    goes on): the first node's hop to it is refused, and ssh's line ends the launcher's hold for the
+    nodes past it at once, not after ssh's connect timeout of silence; the first node loads."""
+    from rlbox.cluster.hosts import SSH_CONNECT_TIMEOUT
+
+    spec = cluster_spec.from_file(cluster)
+    image = f"{TAG}-one:1"
+    with links.links_for(spec.hosts) as open_links:
+        plan, by_label = deliver.make_plan(image, spec.hosts, links=open_links)
+        assert plan.order == tuple(h.address for h in hosts)
+        hosts[1].sshd.stop_listening()
+        try:
+            started = time.monotonic()
+            with pytest.raises(RlboxError) as failed:
+                deliver.carry_out(plan, by_label, lambda line: None, links=open_links)
+            took = time.monotonic() - started
+        finally:
+            hosts[1].sshd.listen_again()
+    line = str(failed.value)
+    refused = f"load failed (ssh: connect to host {hosts[1].address} port {hosts[1].sshd.port}: Connection refused)"
+    assert f"{hosts[1].address}: {refused}" in line and f"{hosts[2].address}: {refused}" in line, line
+    assert f"complete on {hosts[0].address}" in line and "\n" not in line, line
+    assert took < SSH_CONNECT_TIMEOUT, took
+    assert [h.image_id(image) for h in hosts] == [images["one"], None, None]
+    assert_no_leftovers()
+
+
 def test_a_hop_goes_through_the_master_its_sender_warmed_and_none_outlives_the_delivery(hosts, cluster, tmp_path):
     """The warm-up's master on a sending node carries the hop to its child: the hop, from a session
     with no agent, gets in only through it (without a master it is refused, so the first half

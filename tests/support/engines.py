@@ -38,6 +38,17 @@ class HostSshd(SshServer):
     def _sshd_config(self) -> str:
         return super()._sshd_config() + f"SetEnv DOCKER_HOST={self.docker_host}\n"
 
+    def stop_listening(self) -> None:
+        """Its listener ends: a new connection is refused; the connections it has (setsid) go on."""
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+    def listen_again(self) -> None:
+        """A listener again, on the same address, port and keys."""
+        if not self._start():
+            raise RuntimeError(f"sshd did not come up again on {self.host}:{self.port}:\n{self._log_text()}")
+
 
 class EngineHost:
     def __init__(self, root: Path, name: str, address: str, insecure_registry: str | None, index: int = 0):
