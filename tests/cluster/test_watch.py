@@ -451,12 +451,7 @@ def test_bring_up_starts_a_timed_out_worker_again_and_names_it_lost_once_its_bud
 
         def get_archive(self, path):  # the raylet's own log, as the engine gives a file: a tar stream
             assert path == watch.RAYLET_LOG
-            data, buf = RAYLET_OUT.encode(), io.BytesIO()
-            with tarfile.open(fileobj=buf, mode="w") as tar:
-                info = tarfile.TarInfo("raylet.out")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            return iter([buf.getvalue()[:100], buf.getvalue()[100:]]), {"name": "raylet.out"}
+            return _raylet_archive()
 
     boxes = {"c0": Container("c0"), "c1": Container("c1")}
     said = []
@@ -482,6 +477,16 @@ RAYLET_WARNED = ("[2026-11-29 15:46:20,004 W 61 61] (raylet) gcs_rpc_client.h:15
                  "address 10.0.0.1:6379 within 5 seconds.")
 RAYLET_OUT = ("[2026-11-29 15:46:18,123 I 61 61] (raylet) main.cc:226: Setting cluster ID to: 3f\n"
               f"{RAYLET_WARNED}\n[2026-11-29 15:46:21,500 I 61 61] (raylet) main.cc:300: retrying\n\n")
+
+
+def _raylet_archive():
+    """RAYLET_OUT as the engine's get_archive gives a file: a tar stream, in two chunks, and its stat."""
+    data, buf = RAYLET_OUT.encode(), io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("raylet.out")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return iter([buf.getvalue()[:100], buf.getvalue()[100:]]), {"name": "raylet.out"}
 
 
 @pytest.mark.parametrize("text, line", [
@@ -528,12 +533,8 @@ def test_bring_up_raises_head_gave_up_for_a_head_whose_ray_start_timed_out(monke
             return self.line.encode()
 
         def get_archive(self, path):  # the head's raylet log, as the engine gives a file
-            data, buf = RAYLET_OUT.encode(), io.BytesIO()
-            with tarfile.open(fileobj=buf, mode="w") as tar:
-                info = tarfile.TarInfo("raylet.out")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            return iter([buf.getvalue()]), {"name": "raylet.out"}
+            assert path == watch.RAYLET_LOG
+            return _raylet_archive()
 
     boxes = {"c0": Container("c0", "exited", f"{TIMED_OUT}\n"),
              "c1": Container("c1", "running", "rlbox-node: worker on 10.0.0.2 (eth0), head 10.0.0.1:6379\n")}
