@@ -20,6 +20,33 @@ def cpu_jiffies() -> tuple[int, int]:
     return sum(values) - values[3] - values[4], sum(values)
 
 
+def own_cpu() -> float:
+    """CPU-seconds used so far by this process (all its threads) and every live process under it (the
+    launcher's ssh tunnels and sessions): what the launcher itself costs, apart from what it waits for."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    spent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        spent[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime, stime
+    mine, total = {os.getpid()}, 0
+    for pid in sorted(parents):  # a child's pid is mostly above its parent's; a second pass catches the rest
+        if parents[pid] in mine:
+            mine.add(pid)
+    for pid in sorted(parents):
+        if parents[pid] in mine:
+            mine.add(pid)
+    for pid in mine:
+        total += spent.get(pid, 0)
+    return total / tick
+
+
 def settle(label: str, idle_share: float = 0.8, most: float = 120.0) -> None:
     """Flush the disk's dirty pages (os.sync) and wait until this machine's CPUs were at least
     ``idle_share`` idle, waiting on the disk counted as busy, over one second (at most ``most``

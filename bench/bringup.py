@@ -56,7 +56,7 @@ from rlbox.cluster import launch
 from rlbox.cluster import hosts, ray, watch
 from rlbox.cluster import state as run_state
 from rlbox.cluster.plan import LABEL_RUN
-from _quiet import cpu_jiffies, settle
+from _quiet import cpu_jiffies, own_cpu, settle
 from rlbox.cluster.preflight import checks
 from rlbox.core.errors import RlboxError
 from rlbox.delivery import execute as deliver
@@ -263,11 +263,13 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str, perf: bool = Fal
     spent: list[float] = []
     phases: list[str] = []
     marks: list[tuple[str, tuple[int, int]]] = []
+    own: list[tuple[str, float]] = [("start", own_cpu())]  # rlbox's own CPU-seconds at each mark
     mark = phases_of.Phases.mark
 
     def marking(self, phase: str) -> None:  # rlbox's own phase marks, with the machine's CPU time at each
         mark(self, phase)
         marks.append((phase, cpu_jiffies()))
+        own.append((phase, own_cpu()))
         times.append((phase, time.monotonic()))
 
     def echo(line: str) -> None:
@@ -281,6 +283,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str, perf: bool = Fal
     plan, run_dir = launch.prepare(launch.RunRequest(cluster_file=cluster, name=f"{name}{n}", runs_dir=runs))
     planned = time.perf_counter() - start
     times.append(("plan", time.monotonic()))
+    own.append(("plan", own_cpu()))
     phases_of.Phases.mark, cpu_start = marking, cpu_jiffies()
     checks_of = checks.checks_before_start(plan, replace=True, echo=echo)
 
@@ -319,7 +322,8 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str, perf: bool = Fal
         raise SystemExit(f"bench: rlbox's containers still on {', '.join(left)} after teardown")
     return {"ready": ready_at[0] - start, "preflight": spent[0] if spent else 0.0, "teardown": teardown,
             "tick_cpu_ms": tick_cpu * 1000, "phases": f"plan {planned:.1f} s, " + (phases[0] if phases else "?"),
-            "busy": busy_per_phase(marks, cpu_start), "by_process": by_process}  # execute's marks only: Phases.mark restored after it
+            "busy": busy_per_phase(marks, cpu_start), "by_process": by_process,
+            "own": ", ".join(f"{phase} {now - before:.1f}" for (_, before), (phase, now) in zip(own, own[1:]))}  # execute's marks only: Phases.mark restored after it
 
 
 def seed_script(bed: Bed, n: int, image: str) -> tuple[float, float]:
@@ -493,6 +497,7 @@ def main() -> int:
                       f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)
                 print(f"{n} host(s): rlbox's phases: {x['phases']}", flush=True)
                 print(f"{n} host(s): this machine's CPUs busy in them: {x['busy']}", flush=True)
+                print(f"{n} host(s): rlbox's own CPU-seconds in them (its process and its ssh): {x['own']}", flush=True)
                 if x["by_process"]:
                     print(f"{n} host(s): CPU by process in each phase (perf): {x['by_process']}", flush=True)
                 # a baseline that never gets ready is a result too (Ray gives a raylet 30 s to register:
