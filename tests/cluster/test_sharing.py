@@ -180,3 +180,71 @@ def test_a_claim_whose_answer_never_came_is_not_left_behind(sim_image):
     with pytest.raises(requests.exceptions.ReadTimeout):
         sharing.claim(plan, nodes, [sharing.start_lock(plan)])
     assert _claims("t13-lost") == []
+
+
+def _claimer(run: str, host: str, ids: tuple[int, ...], whole: bool, image: str, hosts: int = 1):
+    """A run's claims plan (what sharing.claims reads) on simulated hosts of this machine's engine: ``host``,
+    or with ``hosts`` that many (``host`` then 0, 1, ...)."""
+    from types import SimpleNamespace
+
+    from rlbox.cluster.spec import Host
+
+    names = [host] if hosts == 1 else [f"{host}{i}" for i in range(hosts)]
+    nodes = [SimpleNamespace(index=k, npu_ids=ids, whole_host=whole, host=Host(name, transport="local"),
+                             client=docker.from_env()) for k, name in enumerate(names)]
+    return SimpleNamespace(run=run, run_id=f"{run}-id", image=image, sim=False, nodes=nodes), nodes
+
+
+def test_a_whole_host_and_one_of_its_npus_are_never_held_by_two_runs(sim_image):
+    """A run taking every NPU of a host claims it in one container (-all), a run taking some of them one
+    container an NPU: either refuses the other, naming the holder, and leaves nothing of its own."""
+    from rlbox.cluster import sharing
+    from rlbox.core.errors import RlboxError
+
+    whole = _claimer("t13-whole", "sim0", tuple(range(16)), True, sim_image)
+    part = _claimer("t13-part", "sim0", (3, 4), False, sim_image)
+    assert sharing.claim(*whole) == 1 and _claims("t13-whole") == ["rlbox-claim-sim0-all"]
+    with pytest.raises(RlboxError, match=r"^every NPU of sim0 is held by run 't13-whole' \(id t13-whole-id\); choose"):
+        sharing.claim(*part)
+    assert _claims("t13-part") == []
+    with pytest.raises(RlboxError, match="every NPU of sim0 is held by run 't13-whole'"):  # two whole: the engine's refusal
+        sharing.claim(*_claimer("t13-whole2", "sim0", tuple(range(16)), True, sim_image))
+    assert sharing.claim(*_claimer("t13-other", "sim1", tuple(range(16)), True, sim_image)) == 1  # another host
+    sharing.release(docker.from_env(), "t13-whole")
+    assert sharing.claim(*part) == 2
+    with pytest.raises(RlboxError, match=r"^NPU [34] of sim0 is held by run 't13-part'"):
+        sharing.claim(*whole)
+    assert _claims("t13-whole") == [] and docker.from_env().containers.list(all=True, filters={"name": sharing.CLAIMS_LOCK}) == []
+
+
+def test_a_whole_host_and_some_of_its_npus_racing_one_engine_exactly_one_holds(sim_image):
+    """Both kinds claimed at once on one engine (8 simulated hosts), five times: the engine's claims lock
+    orders them, so exactly one run holds what it asked for and the other nothing (without the lock each
+    looked while the other was still claiming, and both gave up)."""
+    import threading
+
+    from rlbox.cluster import sharing
+
+    for round_ in range(5):
+        runs = [_claimer(f"t13-rw{round_}", "sim", tuple(range(16)), True, sim_image, hosts=8),
+                _claimer(f"t13-rp{round_}", "sim", (5,), False, sim_image, hosts=8)]
+        start, outcome = threading.Barrier(2), {}
+
+        def one(plan, nodes):
+            start.wait()
+            try:
+                outcome[plan.run] = sharing.claim(plan, nodes)
+            except Exception as err:  # noqa: BLE001 - the loser's refusal, read below
+                outcome[plan.run] = str(err)
+
+        threads = [threading.Thread(target=one, args=r) for r in runs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        won = [run for run, got in outcome.items() if isinstance(got, int)]
+        assert len(won) == 1, outcome
+        lost = next(run for run in outcome if run not in won)
+        assert f"is held by run '{won[0]}'" in outcome[lost] and _claims(lost) == [], outcome
+        assert len(_claims(won[0])) == outcome[won[0]] == 8
+        sharing.release(docker.from_env(), won[0])

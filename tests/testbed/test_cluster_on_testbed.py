@@ -78,13 +78,14 @@ def test_four_hosts_bring_up_64_npus_and_the_smoke_job_passes(clean, tmp_path):
     assert run_state["phase"] == "removed" and run_state["status"] == "SUCCEEDED"
 
 
-def _claimer(bed, run: str, indices: tuple[int, ...], clients: dict):
-    """A run's claims plan (what sharing.claims reads) over testbed hosts, each its own engine."""
+def _claimer(bed, run: str, indices: tuple[int, ...], clients: dict, whole: bool = False):
+    """A run's claims plan (what sharing.claims reads) over testbed hosts, each its own engine: NPU by
+    NPU, or (``whole``) each host in one claim."""
     from types import SimpleNamespace
 
     from rlbox.cluster.spec import Host
 
-    nodes = [SimpleNamespace(index=k, npu_ids=tuple(range(16)), host=Host(bed.address(i)), client=clients[i])
+    nodes = [SimpleNamespace(index=k, npu_ids=tuple(range(16)), whole_host=whole, host=Host(bed.address(i)), client=clients[i])
              for k, i in enumerate(indices)]
     return SimpleNamespace(run=run, run_id=f"{run}-id", image=bed.image, sim=False, nodes=nodes), nodes
 
@@ -92,7 +93,8 @@ def _claimer(bed, run: str, indices: tuple[int, ...], clients: dict):
 def test_runs_racing_for_npus_on_several_engines_never_both_fail_and_never_both_hold(clean, monkeypatch):
     """Claims on several engines at once (a thread an engine, each behind its engine's claims lock,
     taken in one order): two runs racing for NPUs 0-15 of hosts 1-2 and of hosts 2-3, ten times: each
-    time exactly one holds all 32 it asked for and the other none, its error naming the winner. A
+    time exactly one holds all 32 it asked for and the other none, its error naming the winner (every
+    other round the first run takes its two hosts whole: 2 claims, against the other's NPU claims). A
     lock left by a run that died mid-claim is taken over after LOCK_WAIT."""
     import threading
 
@@ -107,7 +109,8 @@ def test_runs_racing_for_npus_on_several_engines_never_both_fail_and_never_both_
         return sum(len(c.containers.list(all=True, ignore_removed=True, filters={"label": f"io.rlbox.claim={run}"})) for c in clients.values())
 
     for round_ in range(10):
-        runs = [_claimer(bed, f"tbt-race{round_}a", (1, 2), clients), _claimer(bed, f"tbt-race{round_}b", (2, 3), clients)]
+        runs = [_claimer(bed, f"tbt-race{round_}a", (1, 2), clients, whole=round_ % 2 == 1),
+                _claimer(bed, f"tbt-race{round_}b", (2, 3), clients)]
         start, outcome = threading.Barrier(2), {}
 
         def one(plan, nodes):
@@ -122,11 +125,12 @@ def test_runs_racing_for_npus_on_several_engines_never_both_fail_and_never_both_
             t.start()
         for t in threads:
             t.join(timeout=120)
-        won = [run for run, got in outcome.items() if got == 32]
+        asked = {runs[0][0].run: 2 if round_ % 2 else 32, runs[1][0].run: 32}
+        won = [run for run, got in outcome.items() if got == asked[run]]
         assert len(won) == 1, outcome
         lost = next(run for run in outcome if run not in won)
         assert f"is held by run '{won[0]}'" in outcome[lost], outcome
-        assert held(won[0]) == 32 and held(lost) == 0
+        assert held(won[0]) == asked[won[0]] and held(lost) == 0
         for c in clients.values():
             sharing.release(c, won[0])
             assert c.containers.list(all=True, ignore_removed=True, filters={"name": sharing.CLAIMS_LOCK}) == []

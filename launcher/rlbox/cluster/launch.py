@@ -155,7 +155,8 @@ def _prepare(req: RunRequest) -> tuple[RunPlan, Path]:
                     sim_files=sim_files, network=network, privileged=req.privileged, job=job,
                     extra_env=env, cpus=req.cpus, nofile={h.name: nofile_for(h, req.nofile if req.nofile is not None else spec.nofile) for h in spec.hosts},
                     sim_driver=sim_driver, driver_min=driver_min or (sim_driver if req.sim else None),
-                    driver_max=_driver_for(m, image, "max"), npu_policy=npu_policy_for(m, from_matrix))
+                    driver_max=_driver_for(m, image, "max"), npu_policy=npu_policy_for(m, from_matrix),
+                    whole_hosts=asked is None and not req.devices_of)
     plan = replace(plan, max_restarts=restarts)
     if req.sim and hardware not in sim.CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")

@@ -184,6 +184,7 @@ class NodePlan:
     container: ContainerSpec
     ray: tuple[str, ...]
     npu_ids: tuple[int, ...] = ()
+    whole_host: bool = False  # it takes every NPU its host has (counted there): one claim holds them all
 
     @property
     def label(self) -> str:
@@ -469,9 +470,12 @@ def plan_run(
     driver_min: str | None = None,
     driver_max: str | None = None,
     npu_policy: NpuPolicy | None = None,
+    whole_hosts: bool = False,
 ) -> RunPlan:
     """Plan every node. ``devices`` maps host name -> NPU count (detected or from the profile)
-    or the NPU ids to use; ``nofile`` host name -> open-files limit (default 65536)."""
+    or the NPU ids to use; ``nofile`` host name -> open-files limit (default 65536);
+    ``whole_hosts``: each count is all the host has (read there, or a simulated host's own), so
+    the run claims each host whole (sharing.claims), not NPU by NPU."""
     if not spec.hosts:
         raise RlboxError("no hosts to run on")
     head_host = spec.hosts[0]
@@ -512,7 +516,8 @@ def plan_run(
         dup = next((t for t in targets if targets.count(t) > 1), None)
         if dup:
             raise RlboxError(f"{host.name}: two mounts target {dup}; keep one (--mount, mounts:, or a host's mounts:)")
-        nodes.append(NodePlan(index, role, host, len(ids), container, tuple(ray), ids))
+        nodes.append(NodePlan(index, role, host, len(ids), container, tuple(ray), ids,
+                              whole_host=whole_hosts and isinstance(devices.get(host.name), int)))
     counts = {n.npus for n in nodes}
     if len(counts) > 1:
         notes.append("nodes differ in NPU count; verl's trainer.n_gpus_per_node assumes equal nodes")

@@ -4,8 +4,10 @@ atomically.
 
 Ports follow the run's *slot*, the lowest NPU id it uses: runs sharing a host hold disjoint
 NPUs, so their slots, and with them every port, differ. A claim is a container that is created
-and never started, named after what it holds (``rlbox-claim-HOST-npu3``): the engine refuses a
-second container of the same name, so of two runs racing for one NPU exactly one gets it. On
+and never started, named after what it holds (``rlbox-claim-HOST-npu03``, or ``rlbox-claim-HOST-all``
+for a run that takes every NPU the host has): the engine refuses a second container of the same
+name, so of two runs racing for one NPU exactly one gets it (a whole host against one of its NPUs:
+``_crossed``). On
 each engine claims are taken in one global order (by name); a run claiming on several engines
 first takes every engine's claims lock, all or none (it never holds one while it waits for
 another), then claims on all of them at once. So two racing runs never both fail (their claims
@@ -108,10 +110,14 @@ def name_claim(plan) -> tuple[int, str, str]:
 
 def claims(plan) -> list[tuple[int, str, str]]:
     """What a run claims, as (node index, claim container name, what it holds), in the one
-    global order: the run's name on the head's engine, every NPU of every node, and for a
-    simulation the dashboard port it publishes on this machine."""
+    global order: the run's name on the head's engine, every NPU of every node (a node that
+    takes its whole host: the host, in one claim), and for a simulation the dashboard port it
+    publishes on this machine."""
     out = [name_claim(plan)]
     for node in plan.nodes:
+        if node.whole_host:  # every NPU of the host: one claim (a host's 16 cost 16 creates and 16 removes)
+            out.append((node.index, f"rlbox-claim-{_safe(node.host.name)}-all", f"every NPU of {node.host.name}"))
+            continue
         for i in node.npu_ids:
             out.append((node.index, f"rlbox-claim-{_safe(node.host.name)}-npu{i:02d}", f"NPU {i} of {node.host.name}"))
     if plan.sim:
@@ -202,14 +208,14 @@ def holder_of_name(plan, nodes) -> str | None:
 def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
     """Take the claims of ``plan`` (``which``, default all but its name) on the connected
     ``nodes``, or none: on a conflict, remove what was taken and raise naming the run that
-    holds it. Returns how many were taken. On several engines: every engine's claims lock
-    (``_take_locks``), then every engine's claims at once (one thread each)."""
+    holds it. Returns how many were taken. On several engines, or NPUs on one: every engine's claims
+    lock (``_take_locks``), then every engine's claims at once (one thread each)."""
     if which is None:
         which = [c for c in claims(plan) if c != name_claim(plan)]
     groups: dict[tuple, list[tuple[int, str, str]]] = {}
     for c in which:  # per engine, each engine's claims in the global order
         groups.setdefault(_engine_of(nodes[c[0]]), []).append(c)
-    if len(groups) < 2:
+    if len(groups) < 2 and not any(_NPUS.fullmatch(name) for _, name, _ in which):
         return len(_claim_on(plan, nodes, which, threading.Event()))
     locks: list[tuple[object, str]] = []
     futures: list = []
@@ -237,6 +243,48 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
     finally:
         for client, made in locks:
             engine.remove_id_quietly(client, made)
+
+
+# A claim of NPUs: a whole host's (-all) or one NPU's (-npuNN). The two kinds of one host have different
+# names, so the engine does not decide between them: a run that took either looks, once its claims on an
+# engine are made, for the other kind on its hosts held by another run, and gives all back if it finds one
+# (``_crossed``). Racing runs hold the engine's claims lock, so the second one to claim sees the first's;
+# should the lock be taken over from a run still claiming, each looks after its own creates, so at least
+# one of the two sees the other: two runs never hold one NPU.
+_NPUS = re.compile(r"rlbox-claim-(.+)-(all|npu[0-9]{2})")
+
+
+def _crossed(plan, client, which: list[tuple[int, str, str]]) -> RlboxError | None:
+    """The refusal of ``which`` (made on ``client``'s engine) when another run holds the other kind
+    of claim on one of its hosts (a whole host against one of its NPUs, or the reverse); else None."""
+    mine = {}
+    for _, name, _ in which:
+        m = _NPUS.fullmatch(name)
+        if m:
+            mine[m.group(1)] = mine.get(m.group(1), False) or m.group(2) == "all"
+    if not mine:
+        return None
+    for box in client.api.containers(all=True, filters={"label": LABEL_CLAIM}):
+        labels = box.get("Labels") or {}
+        if labels.get(LABEL_CLAIM_ID) == plan.run_id:
+            continue
+        for name in box.get("Names") or ():
+            m = _NPUS.fullmatch(name.lstrip("/"))
+            if m and m.group(1) in mine and (mine[m.group(1)] or m.group(2) == "all"):
+                return _held(plan, labels.get(LABEL_CLAIM_WHAT, name.lstrip("/")), labels)
+    return None
+
+
+def _held(plan, what: str, holder: dict[str, str]) -> RlboxError:
+    """The refusal of a claim on ``what``, held by the run of ``holder`` (its claim's labels)."""
+    run = holder.get(LABEL_CLAIM) or plan.run if what.startswith("run name") else holder.get(LABEL_CLAIM, "?")
+    if run == plan.run:
+        return RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}): another "
+                          f"`rlbox run --name {run}` is starting, or one was killed (`rlbox stop --name {run}` "
+                          "clears it; --replace takes it over)")
+    return RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}); "
+                      f"choose other NPUs (--devices) or hosts, or wait for it (`rlbox stop --name {run}` "
+                      "ends it)")
 
 
 def _engine_of(node) -> tuple:
@@ -352,14 +400,11 @@ def _claim_on(plan, nodes, which: list[tuple[int, str, str]], stop: threading.Ev
                         break
                     except NotFound:
                         time.sleep(0.05)
-                run = holder.get(LABEL_CLAIM) or plan.run if what.startswith("run name") else holder.get(LABEL_CLAIM, "?")
-                if run == plan.run:
-                    raise RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}): another "
-                                     f"`rlbox run --name {run}` is starting, or one was killed (`rlbox stop --name {run}` "
-                                     "clears it; --replace takes it over)") from None
-                raise RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}); "
-                                 f"choose other NPUs (--devices) or hosts, or wait for it (`rlbox stop --name {run}` "
-                                 "ends it)") from None
+                raise _held(plan, what, holder) from None
+        if which and not stop.is_set():
+            crossed = _crossed(plan, nodes[which[0][0]].client, which)
+            if crossed is not None:
+                raise crossed
     except BaseException as err:
         stop.set()
         for client, made in taken:
