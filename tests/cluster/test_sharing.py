@@ -12,7 +12,7 @@ import docker
 import pytest
 
 from conftest import REPO, rlbox
-from support.engine import remove_test_runs
+from support.engine import claim_race, remove_test_runs
 
 pytestmark = pytest.mark.engine
 SLEEP = ["--", "python3", "-c", "import time; time.sleep(600)"]
@@ -221,27 +221,12 @@ def test_a_whole_host_and_some_of_its_npus_racing_one_engine_exactly_one_holds(s
     """Both kinds claimed at once on one engine (8 simulated hosts), five times: the engine's claims lock
     orders them, so exactly one run holds what it asked for and the other nothing (without the lock each
     looked while the other was still claiming, and both gave up)."""
-    import threading
-
     from rlbox.cluster import sharing
 
     for round_ in range(5):
         runs = [_claimer(f"t13-rw{round_}", "sim", tuple(range(16)), True, sim_image, hosts=8),
                 _claimer(f"t13-rp{round_}", "sim", (5,), False, sim_image, hosts=8)]
-        start, outcome = threading.Barrier(2), {}
-
-        def one(plan, nodes):
-            start.wait()
-            try:
-                outcome[plan.run] = sharing.claim(plan, nodes)
-            except Exception as err:  # noqa: BLE001 - the loser's refusal, read below
-                outcome[plan.run] = str(err)
-
-        threads = [threading.Thread(target=one, args=r) for r in runs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
+        outcome = claim_race(runs, timeout=60)
         won = [run for run, got in outcome.items() if isinstance(got, int)]
         assert len(won) == 1, outcome
         lost = next(run for run in outcome if run not in won)

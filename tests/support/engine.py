@@ -27,6 +27,30 @@ def claims(run: str) -> list[tuple[str, str]]:
     return sorted((b.name, b.labels.get("io.rlbox.claim-run-id", "")) for b in labelled("io.rlbox.claim", run))
 
 
+def claim_race(runs: list, timeout: float) -> dict:
+    """Each (plan, nodes) of ``runs`` claimed at the same moment, one thread a run (sharing.claim): by run
+    name, how many claims it took, or the text of its refusal."""
+    import threading
+
+    from rlbox.cluster import sharing
+
+    start, outcome = threading.Barrier(len(runs)), {}
+
+    def one(plan, nodes):
+        start.wait()
+        try:
+            outcome[plan.run] = sharing.claim(plan, nodes)
+        except Exception as err:  # noqa: BLE001 - the loser's refusal, read by the test
+            outcome[plan.run] = str(err)
+
+    threads = [threading.Thread(target=one, args=r) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    return outcome
+
+
 def remove_labelled(key: str, value: str = "true") -> None:
     for box in labelled(key, value):
         box.remove(force=True)

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from support.engine import claim_race
 from support.job_run import Run
 from support.testbed import REPO, Testbed, rlbox
 
@@ -96,8 +97,6 @@ def test_runs_racing_for_npus_on_several_engines_never_both_fail_and_never_both_
     time exactly one holds all 32 it asked for and the other none, its error naming the winner (every
     other round the first run takes its two hosts whole: 2 claims, against the other's NPU claims). A
     lock left by a run that died mid-claim is taken over after LOCK_WAIT."""
-    import threading
-
     import docker
 
     from rlbox.cluster import sharing
@@ -111,20 +110,7 @@ def test_runs_racing_for_npus_on_several_engines_never_both_fail_and_never_both_
     for round_ in range(10):
         runs = [_claimer(bed, f"tbt-race{round_}a", (1, 2), clients, whole=round_ % 2 == 1),
                 _claimer(bed, f"tbt-race{round_}b", (2, 3), clients)]
-        start, outcome = threading.Barrier(2), {}
-
-        def one(plan, nodes):
-            start.wait()
-            try:
-                outcome[plan.run] = sharing.claim(plan, nodes)
-            except Exception as err:  # noqa: BLE001 - the loser's refusal, read below
-                outcome[plan.run] = str(err)
-
-        threads = [threading.Thread(target=one, args=r) for r in runs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
+        outcome = claim_race(runs, timeout=120)
         asked = {runs[0][0].run: 2 if round_ % 2 else 32, runs[1][0].run: 32}
         won = [run for run, got in outcome.items() if got == asked[run]]
         assert len(won) == 1, outcome
