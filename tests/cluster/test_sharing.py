@@ -215,6 +215,11 @@ def test_a_whole_host_and_one_of_its_npus_are_never_held_by_two_runs(sim_image):
     with pytest.raises(RlboxError, match=r"^NPU [34] of sim0 is held by run 't13-part'"):
         sharing.claim(*whole)
     assert _claims("t13-whole") == [] and docker.from_env().containers.list(all=True, filters={"name": sharing.CLAIMS_LOCK}) == []
+    # a claim is told by what it holds, not by its name: run "t13-x-all"'s name claim (rlbox-claim-run-t13-x-all)
+    # is no whole-host claim of a host named run-t13-x, whose NPU 3 another run holds
+    sharing.claim(*_claimer("t13-x", "run-t13-x", (3,), False, sim_image))
+    plan, nodes = _claimer("t13-x-all", "sim2", (0,), False, sim_image)
+    assert sharing.claim(plan, nodes, [sharing.name_claim(plan)]) == 1
 
 
 def test_a_whole_host_and_some_of_its_npus_racing_one_engine_exactly_one_holds(sim_image):

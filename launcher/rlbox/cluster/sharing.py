@@ -215,7 +215,7 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
     groups: dict[tuple, list[tuple[int, str, str]]] = {}
     for c in which:  # per engine, each engine's claims in the global order
         groups.setdefault(_engine_of(nodes[c[0]]), []).append(c)
-    if len(groups) < 2 and not any(_NPUS.fullmatch(name) for _, name, _ in which):
+    if len(groups) < 2 and not any(_npus_of(what) for _, _, what in which):
         return len(_claim_on(plan, nodes, which, threading.Event()))
     locks: list[tuple[object, str]] = []
     futures: list = []
@@ -245,33 +245,40 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
             engine.remove_id_quietly(client, made)
 
 
-# A claim of NPUs: a whole host's (-all) or one NPU's (-npuNN). The two kinds of one host have different
-# names, so the engine does not decide between them: a run that took either looks, once its claims on an
-# engine are made, for the other kind on its hosts held by another run, and gives all back if it finds one
-# (``_crossed``). Racing runs hold the engine's claims lock, so the second one to claim sees the first's;
-# should the lock be taken over from a run still claiming, each looks after its own creates, so at least
-# one of the two sees the other: two runs never hold one NPU.
-_NPUS = re.compile(r"rlbox-claim-(.+)-(all|npu[0-9]{2})")
+# A claim of NPUs: a whole host's ("every NPU of HOST", named -all) or one NPU's ("NPU 3 of HOST", -npu03),
+# told by what it holds (its label), never by its name (a run named "x-all" has a name claim ending so). The two
+# kinds of one host have different names, so the engine does not decide between them: a run that took either
+# looks, once its claims on an engine are made, for the other kind on its hosts held by another run, and gives
+# all back if it finds one (``_crossed``). Racing runs hold the engine's claims lock, so the second one to claim
+# sees the first's; should the lock be taken over from a run still claiming, each looks after its own creates,
+# so at least one of the two sees the other: two runs never hold one NPU.
+_WHOLE, _ONE = re.compile(r"every NPU of (.+)"), re.compile(r"NPU [0-9]+ of (.+)")
+
+
+def _npus_of(what: str) -> tuple[str, bool] | None:
+    """(host, whole) of a claim holding NPUs, from what it holds; None for any other claim."""
+    m = _WHOLE.fullmatch(what)
+    if m:
+        return m.group(1), True
+    m = _ONE.fullmatch(what)
+    return (m.group(1), False) if m else None
 
 
 def _crossed(plan, client, which: list[tuple[int, str, str]]) -> RlboxError | None:
     """The refusal of ``which`` (made on ``client``'s engine) when another run holds the other kind
     of claim on one of its hosts (a whole host against one of its NPUs, or the reverse); else None."""
-    mine = {}
-    for _, name, _ in which:
-        m = _NPUS.fullmatch(name)
-        if m:
-            mine[m.group(1)] = mine.get(m.group(1), False) or m.group(2) == "all"
+    mine: dict[str, bool] = {}
+    for _, _, what in which:
+        held = _npus_of(what)
+        if held:
+            mine[held[0]] = mine.get(held[0], False) or held[1]
     if not mine:
         return None
     for box in client.api.containers(all=True, filters={"label": LABEL_CLAIM}):
         labels = box.get("Labels") or {}
-        if labels.get(LABEL_CLAIM_ID) == plan.run_id:
-            continue
-        for name in box.get("Names") or ():
-            m = _NPUS.fullmatch(name.lstrip("/"))
-            if m and m.group(1) in mine and (mine[m.group(1)] or m.group(2) == "all"):
-                return _held(plan, labels.get(LABEL_CLAIM_WHAT, name.lstrip("/")), labels)
+        theirs = _npus_of(labels.get(LABEL_CLAIM_WHAT, ""))
+        if labels.get(LABEL_CLAIM_ID) != plan.run_id and theirs and theirs[0] in mine and (mine[theirs[0]] or theirs[1]):
+            return _held(plan, labels[LABEL_CLAIM_WHAT], labels)
     return None
 
 
