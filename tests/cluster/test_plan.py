@@ -339,3 +339,18 @@ def test_the_bring_up_phases_say_each_phase_from_the_end_of_the_one_before():
         phases.mark(phase)
     assert phases.spent == {"ssh": 0.5, "pre-flight": 1.5, "containers": 0.25 + 1.0, "workers": 7.75}
     assert phases.line() == "bring-up: ssh 0.5 s, pre-flight 1.5 s, containers 1.2 s, workers 7.8 s"
+
+
+def test_a_run_claims_a_host_whole_only_when_it_takes_every_npu_the_host_has():
+    """Whole-host claims (sharing.claims) for a count read on the host (here the profile's, --dry-run) or a
+    simulated host's every stand-in NPU; never for asked NPUs, nor an A2 simulated host's 8 of its 16."""
+    def whole(**kw):
+        plan, _ = launch.prepare(launch.RunRequest(dry_run=True, smoke_test=True, **kw))
+        return [n.whole_host for n in plan.nodes]
+
+    assert whole(hosts="10.0.0.1,10.0.0.2", image="verl_pt27_25rc3:a3-arm") == [True, True]
+    assert whole(hosts="10.0.0.1,10.0.0.2", image="verl_pt27_25rc3:a3-arm", devices="0-7") == [False, False]
+    assert whole(hosts="10.0.0.1", image="verl_pt27_25rc3:a3-arm", devices=16) == [False]
+    assert whole(sim=True, nodes=2, hardware="a3") == [True, True]
+    assert whole(sim=True, nodes=2, hardware="a2") == [False, False]  # 8 NPUs of a 16-NPU stand-in
+    assert whole(sim=True, nodes=1, hardware="a2", devices="8-15") == [False]

@@ -204,7 +204,7 @@ def test_a_whole_host_and_one_of_its_npus_are_never_held_by_two_runs(sim_image):
     whole = _claimer("t13-whole", "sim0", tuple(range(16)), True, sim_image)
     part = _claimer("t13-part", "sim0", (3, 4), False, sim_image)
     assert sharing.claim(*whole) == 1 and _claims("t13-whole") == ["rlbox-claim-sim0-all"]
-    with pytest.raises(RlboxError, match=r"^every NPU of sim0 is held by run 't13-whole' \(id t13-whole-id\); choose"):
+    with pytest.raises(RlboxError, match=r"^every NPU of sim0 is held by run 't13-whole' \(id t13-whole-id\); choose other hosts,"):
         sharing.claim(*part)
     assert _claims("t13-part") == []
     with pytest.raises(RlboxError, match="every NPU of sim0 is held by run 't13-whole'"):  # two whole: the engine's refusal

@@ -156,11 +156,24 @@ def _prepare(req: RunRequest) -> tuple[RunPlan, Path]:
                     extra_env=env, cpus=req.cpus, nofile={h.name: nofile_for(h, req.nofile if req.nofile is not None else spec.nofile) for h in spec.hosts},
                     sim_driver=sim_driver, driver_min=driver_min or (sim_driver if req.sim else None),
                     driver_max=_driver_for(m, image, "max"), npu_policy=npu_policy_for(m, from_matrix),
-                    whole_hosts=asked is None and not req.devices_of)
+                    whole_hosts=_whole_hosts(req, asked, spec, devices, profile))
     plan = replace(plan, max_restarts=restarts)
     if req.sim and hardware not in sim.CHIPS:
         raise RlboxError(f"--sim cannot simulate hardware '{hardware}'; choose a2, a3 or ax")
     return replace(plan, image_ref=from_matrix), run_dir
+
+
+def _whole_hosts(req: RunRequest, asked, spec: cluster.ClusterSpec, devices: dict, profile: Profile) -> frozenset[str]:
+    """The hosts whose every NPU the run takes (each then claimed in one claim, sharing.claims): none when
+    NPUs were asked for or a scheduler gave them; a host's own count read on it; a simulated host when the
+    count is all its stand-in will have (sim.write_hosts gives one with no count of its own the hardware's
+    largest, 16 for an A2 whose runs take 8 by default)."""
+    if asked is not None or req.devices_of:
+        return frozenset()
+    if not req.sim:
+        return frozenset(devices)
+    largest = max(profile.device_counts or (profile.npus_per_node,))
+    return frozenset(h.name for h in spec.hosts if h.sim.devices is not None or devices[h.name] >= largest)
 
 
 def _recipe_for(req: RunRequest) -> recipes.Recipe | None:

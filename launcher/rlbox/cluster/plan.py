@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -470,12 +471,12 @@ def plan_run(
     driver_min: str | None = None,
     driver_max: str | None = None,
     npu_policy: NpuPolicy | None = None,
-    whole_hosts: bool = False,
+    whole_hosts: Collection[str] = (),
 ) -> RunPlan:
     """Plan every node. ``devices`` maps host name -> NPU count (detected or from the profile)
     or the NPU ids to use; ``nofile`` host name -> open-files limit (default 65536);
-    ``whole_hosts``: each count is all the host has (read there, or a simulated host's own), so
-    the run claims each host whole (sharing.claims), not NPU by NPU."""
+    ``whole_hosts``: the hosts whose count is all they have (read there, or a simulated host's
+    own), which the run claims whole (sharing.claims), not NPU by NPU."""
     if not spec.hosts:
         raise RlboxError("no hosts to run on")
     head_host = spec.hosts[0]
@@ -517,7 +518,7 @@ def plan_run(
         if dup:
             raise RlboxError(f"{host.name}: two mounts target {dup}; keep one (--mount, mounts:, or a host's mounts:)")
         nodes.append(NodePlan(index, role, host, len(ids), container, tuple(ray), ids,
-                              whole_host=whole_hosts and isinstance(devices.get(host.name), int)))
+                              whole_host=host.name in whole_hosts and isinstance(devices.get(host.name), int)))
     counts = {n.npus for n in nodes}
     if len(counts) > 1:
         notes.append("nodes differ in NPU count; verl's trainer.n_gpus_per_node assumes equal nodes")

@@ -289,9 +289,9 @@ def _held(plan, what: str, holder: dict[str, str]) -> RlboxError:
         return RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}): another "
                           f"`rlbox run --name {run}` is starting, or one was killed (`rlbox stop --name {run}` "
                           "clears it; --replace takes it over)")
+    other = "other hosts" if _WHOLE.fullmatch(what) else "other NPUs (--devices) or hosts"  # none of a whole host's is free
     return RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}); "
-                      f"choose other NPUs (--devices) or hosts, or wait for it (`rlbox stop --name {run}` "
-                      "ends it)")
+                      f"choose {other}, or wait for it (`rlbox stop --name {run}` ends it)")
 
 
 def _engine_of(node) -> tuple:
