@@ -24,7 +24,7 @@ def own_cpu() -> float:
     """CPU-seconds used so far by this process (all its threads) and every live process under it (the
     launcher's ssh tunnels and sessions): what the launcher itself costs, apart from what it waits for."""
     tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     spent: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -33,17 +33,13 @@ def own_cpu() -> float:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # ended meanwhile
             continue
-        parents[int(entry.name)] = int(fields[1])
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
         spent[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime, stime
-    mine, total = {os.getpid()}, 0
-    for pid in sorted(parents):  # a child's pid is mostly above its parent's; a second pass catches the rest
-        if parents[pid] in mine:
-            mine.add(pid)
-    for pid in sorted(parents):
-        if parents[pid] in mine:
-            mine.add(pid)
-    for pid in mine:
+    total, todo = 0, [os.getpid()]
+    while todo:  # this process, then everything under it, at any depth
+        pid = todo.pop()
         total += spent.get(pid, 0)
+        todo.extend(children.get(pid, ()))
     return total / tick
 
 

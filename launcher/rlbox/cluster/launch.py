@@ -166,14 +166,15 @@ def _prepare(req: RunRequest) -> tuple[RunPlan, Path]:
 def _whole_hosts(req: RunRequest, asked, spec: cluster.ClusterSpec, devices: dict, profile: Profile) -> frozenset[str]:
     """The hosts whose every NPU the run takes (each then claimed in one claim, sharing.claims): none when
     NPUs were asked for or a scheduler gave them; a host's own count read on it; a simulated host when the
-    count is all its stand-in will have (sim.write_hosts gives one with no count of its own the hardware's
+    count is all its stand-in will have (sim.stand_in_count: one with no count of its own has the hardware's
     largest, 16 for an A2 whose runs take 8 by default)."""
     if asked is not None or req.devices_of:
         return frozenset()
     if not req.sim:
         return frozenset(devices)
-    largest = max(profile.device_counts or (profile.npus_per_node,))
-    return frozenset(h.name for h in spec.hosts if h.sim.devices is not None or devices[h.name] >= largest)
+    counts = profile.device_counts or (profile.npus_per_node,)
+    return frozenset(h.name for h in spec.hosts
+                     if devices[h.name] >= sim.stand_in_count(h.sim.devices, counts, tuple(range(devices[h.name]))))
 
 
 def _recipe_for(req: RunRequest) -> recipes.Recipe | None:

@@ -207,12 +207,17 @@ esac
 """
 
 
+def stand_in_count(devices: int | None, device_counts: tuple[int, ...], ids: tuple[int, ...]) -> int:
+    """How many NPUs a simulated host's stand-in has, whichever a run takes (``ids``): its cluster entry's
+    ``devices``, else the hardware's largest count (``device_counts``), or more when an id is beyond it."""
+    return devices if devices is not None else max(max(device_counts or (len(ids),)), max(ids) + 1)
+
+
 def write_hosts(plan) -> None:
     """Stand-ins for every simulated host of a plan, each as its cluster entry describes it."""
     for node in plan.nodes:  # a host has all its NPUs, whichever the run takes
         h = node.host.sim
-        devices = h.devices if h.devices is not None else max(max(plan.device_counts or (node.npus,)),
-                                                             max(node.npu_ids or (node.npus - 1,)) + 1)
+        devices = stand_in_count(h.devices, plan.device_counts, node.npu_ids or tuple(range(node.npus)))
         write_stand_ins(Path(plan.sim_files) / node.host.name, plan.hardware, devices,
                         h.driver or plan.sim_driver, h.chip, host_index=node.index + 1)
 
