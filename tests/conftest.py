@@ -30,7 +30,8 @@ LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / f"rlbox-test-locks-{os.getuid()
 #   their own testbeds on their own subnets);
 # - "beside", with four workers or more (`make test TEST_WORKERS=4`): the engine tests marked
 #   `beside_sims`: simulated hosts of their own names (support.job_run.own_hosts) on NPUs 5-12 (Ray's port
-#   slot 5, which no test of the "engine" group uses), or none at all and no fixed name, port or address
+#   slot 5, which no test of the "engine" group uses; test_faults.py on 6-13, slot 6, since with three workers
+#   it runs in the testbed group beside the others in the engine group), or none at all and no fixed name, port or address
 #   (AISBench, vLLM's checks in one container). With fewer workers those of the modules in BESIDE_TESTBED
 #   join the "testbed" group (nothing of theirs is the testbed's: its hosts have their own engines and
 #   networks), the others the "engine" group: the two groups are each a worker's whole load, the longer

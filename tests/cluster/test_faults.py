@@ -2,7 +2,7 @@
 frozen (paused) or cut-off (network disconnected) worker, the head killed while a restart brings
 Ray up, a driver killed by SIGKILL, SIGTERM, `--replace` after `kill -9` of rlbox and two
 `--replace` racing, `logs -f` and `status` after the head died, a detached run's log, a full runs
-dir, and the stale-Ray check. Every run uses NPU ids 5-12 (slot 5: Ray ports 25000-25999) of simulated
+dir, and the stale-Ray check. Every run uses NPU ids 6-13 (slot 6: Ray ports 26000-26999) of simulated
 hosts of this module's own (ft0, ft1, ft-host), so it runs beside the simulated-node group (`beside_sims`,
 tests/conftest.py), and is removed after; nothing is left on the engine."""
 
@@ -23,10 +23,14 @@ import requests
 
 from conftest import REPO, rlbox
 from support.engine import leftovers, remove_test_runs
-from support.job_run import BESIDE_DEVICES, Run, own_hosts
+from support.job_run import Run, own_hosts
 
 pytestmark = [pytest.mark.engine, pytest.mark.beside_sims]
-DEVICES = BESIDE_DEVICES  # slot 5: this suite's ports (25000-25999)
+# slot 6, not the other beside_sims modules' 5 (support.job_run.BESIDE_DEVICES): with three workers this module
+# runs in the testbed group while those run in the engine group, and a simulated run's published dashboard port
+# (26001 here) is claimed on this machine (stop 48's CI: the full-runs-dir run refused, port 25001 held by
+# test_log_on_loss's run)
+DEVICES = ("--devices", "6-13")
 # two `--replace` racing: once in CI (each race is a cluster brought up), more by `make replace-races` (N=10)
 RACES = max(1, int(os.environ.get("RLBOX_REPLACE_RACES", "1")))
 
