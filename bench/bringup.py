@@ -20,7 +20,9 @@ rlbox is timed from the start of planning to its "cluster ready" line: counting 
 over ssh, the pre-flight checks (`rlbox doctor` on every host, also timed alone) as `rlbox run`
 does them, claims, containers, Ray, readiness; with rlbox's own breakdown of those seconds (its
 `bring-up:` line: ssh, image, pre-flight, claims, containers, head, workers, NPUs), each with how busy
-this machine's CPUs were in it (/proc/stat: near 100 % is CPU-bound work, less is waiting). Then, on the ready cluster, the node watch's CPU
+this machine's CPUs were in it (/proc/stat: near 100 % is CPU-bound work, less is waiting). For rlbox and (b)
+alike, the CPU-seconds from start to ready: this machine's, and of them the hosts' containers' (their cgroups:
+Ray's own work), the rest being the launcher's (its checks, ssh, sshd, the engines). Then, on the ready cluster, the node watch's CPU
 per tick (20 forced looks: every engine and Ray's node table), then teardown, timed (each
 baseline's teardown too). Loading the image into the hosts is not counted (it is done once,
 before; `rlbox testbed up` prints its time).
@@ -114,6 +116,19 @@ class Bed:
         path = folder / f"cluster-{n}.yaml"
         path.write_text("\n".join(lines + [f"  - host: {self.address(i)}" for i in range(n)]) + "\n")
         return path
+
+    def containers_cpu(self, n: int) -> float:
+        """CPU-seconds used so far by every container of hosts 0..n-1: each host's engine puts its containers
+        under the cgroup named after its namespace (`--cgroup-parent`), whose usage counts removed ones too.
+        Ray's own work (and a node's start script), apart from the launcher, ssh and the engines."""
+        total = 0.0
+        for h in self.state.hosts[:n]:
+            v1, v2 = Path("/sys/fs/cgroup/cpuacct", h.netns, "cpuacct.usage"), Path("/sys/fs/cgroup", h.netns, "cpu.stat")
+            if v1.exists():
+                total += int(v1.read_text()) / 1e9
+            elif v2.exists():
+                total += next(int(line.split()[1]) for line in v2.read_text().splitlines() if line.startswith("usage_usec")) / 1e6
+        return total
 
     def on_all(self, n: int, one) -> list:
         out: list = [None] * n
@@ -251,15 +266,29 @@ class Sampler:
         return "; ".join(lines)
 
 
-def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str, perf: bool = False) -> dict:
+def cpu_so_far(bed: Bed, n: int) -> tuple[float, float]:
+    """(this machine's busy CPU-seconds, those of hosts 0..n-1's containers) so far: read at a bring-up's start
+    and at its ready, what lies between is what the bring-up cost, Ray's part and the rest (launcher, ssh,
+    sshd, engines, the commands a check runs on a host)."""
+    return cpu_jiffies()[0] / os.sysconf("SC_CLK_TCK"), bed.containers_cpu(n)
+
+
+def cpu_line(spent: tuple[float, float]) -> str:
+    machine, containers = spent
+    return f"{machine:.1f} CPU-s to ready: containers {containers:.1f}, the rest {machine - containers:.1f}"
+
+
+def rlbox_bringup(bed: Bed, n: int, cluster: Path, runs: Path, name: str, perf: bool = False) -> dict:
     """rlbox's bring-up to its "cluster ready" line (pre-flight within it, also timed alone), then the
     node watch's CPU per tick over the ready cluster (this process's CPU time, all its threads, for
     TICKS forced looks: every engine and Ray's node table), then teardown (`rlbox stop`'s removal); with
     ``perf``, each phase's CPU by process name (Sampler)."""
     sampler = Sampler() if perf else None
     times: list[tuple[str, float]] = [("start", time.monotonic())]
+    cpu_start = cpu_so_far(bed, n)
     start = time.perf_counter()
     ready_at: list[float] = []
+    cpu_ready: list[tuple[float, float]] = []
     spent: list[float] = []
     phases: list[str] = []
     marks: list[tuple[str, tuple[int, int]]] = []
@@ -275,6 +304,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str, perf: bool = Fal
     def echo(line: str) -> None:
         if line.startswith("cluster ready"):
             ready_at.append(time.perf_counter())
+            cpu_ready.append(cpu_so_far(bed, n))
         elif line.startswith("bring-up: "):  # rlbox's own breakdown (execute.Cluster.phases)
             phases.append(line.removeprefix("bring-up: "))
         elif "starting it again" in line:  # a raylet that timed out registering (Ray's 30 s) is counted in
@@ -284,7 +314,7 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str, perf: bool = Fal
     planned = time.perf_counter() - start
     times.append(("plan", time.monotonic()))
     own.append(("plan", own_cpu()))
-    phases_of.Phases.mark, cpu_start = marking, cpu_jiffies()
+    phases_of.Phases.mark, jiffies_start = marking, cpu_jiffies()
     checks_of = checks.checks_before_start(plan, replace=True, echo=echo)
 
     def before(nodes):
@@ -322,7 +352,8 @@ def rlbox_bringup(n: int, cluster: Path, runs: Path, name: str, perf: bool = Fal
         raise SystemExit(f"bench: rlbox's containers still on {', '.join(left)} after teardown")
     return {"ready": ready_at[0] - start, "preflight": spent[0] if spent else 0.0, "teardown": teardown,
             "tick_cpu_ms": tick_cpu * 1000, "phases": f"plan {planned:.1f} s, " + (phases[0] if phases else "?"),
-            "busy": busy_per_phase(marks, cpu_start), "by_process": by_process,
+            "busy": busy_per_phase(marks, jiffies_start),
+            "cpu": tuple(b - a for a, b in zip(cpu_start, cpu_ready[0])), "by_process": by_process,
             "own": ", ".join(f"{phase} {now - before:.1f}" for (_, before), (phase, now) in zip(own, own[1:]))}  # execute's marks only: Phases.mark restored after it
 
 
@@ -377,12 +408,13 @@ def seed_host(bed: Bed, i: int, prefix: str, image: str, poll_head) -> None:
                 f"--resources={RESOURCES}", "--disable-usage-stats")
 
 
-def parallel_bare(bed: Bed, n: int, image: str) -> tuple[float, float]:
+def parallel_bare(bed: Bed, n: int, image: str, cpu: list | None = None) -> tuple[float, float]:
     """(b) every host's bare `ray start --block` at once; ready when Ray's node table has every host's node
-    alive with its NPUs (as for rlbox), polled every 0.1 s."""
+    alive with its NPUs (as for rlbox), polled every 0.1 s. ``cpu`` gets what the bring-up cost (cpu_so_far)."""
     prefix = "rlbox-bench-bare"
     bed.clean(n, prefix)
     bed.quiet(n)
+    cpu_start = cpu_so_far(bed, n)
     start = time.perf_counter()
     head = bed.address(0)
     threads, failures = [], []
@@ -409,6 +441,8 @@ def parallel_bare(bed: Bed, n: int, image: str) -> tuple[float, float]:
         raise SystemExit(failures[0])
     try:
         took = bed.ready(n, start)
+        if cpu is not None:
+            cpu.append(tuple(b - a for a, b in zip(cpu_start, cpu_so_far(bed, n))))
     except RlboxError as err:
         bed.clean(n, prefix)
         raise SystemExit(f"bench: bare cluster: {err}") from None
@@ -491,7 +525,7 @@ def main() -> int:
                 memory.label = n
                 cluster = bed.cluster(n, runs)
                 settled(f"{n} host(s): rlbox")
-                x = rlbox_bringup(n, cluster, runs, args.name, perf=args.perf)
+                x = rlbox_bringup(bed, n, cluster, runs, args.name, perf=args.perf)
                 r = x["ready"]
                 print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
                       f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick)", flush=True)
@@ -507,11 +541,15 @@ def main() -> int:
                 a, a_down = (float("nan"), float("nan")) if args.no_seed else baseline(
                     lambda: seed_script(bed, n, image), bed, n, "rlbox-bench-seed", "(a)")
                 settled(f"{n} host(s): (b)")
-                b, b_down = baseline(lambda: parallel_bare(bed, n, image), bed, n, "rlbox-bench-bare", "(b)")
+                b_cpu: list[tuple[float, float]] = []
+                b, b_down = baseline(lambda: parallel_bare(bed, n, image, b_cpu), bed, n, "rlbox-bench-bare", "(b)")
+                b_spent = b_cpu[0] if b_cpu else (float("nan"), float("nan"))
+                print(f"{n} host(s): rlbox {cpu_line(x['cpu'])} | (b) {cpu_line(b_spent)}", flush=True)
                 results.append({"hosts": n, "rep": rep + 1, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
                                 "rlbox_teardown_s": round(x["teardown"], 2), "rlbox_phases": x["phases"], "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
                                 "seed_script_s": round(a, 2), "seed_teardown_s": round(a_down, 2),
                                 "parallel_bare_s": round(b, 2), "bare_teardown_s": round(b_down, 2),
+                                "rlbox_cpu_s": [round(v, 1) for v in x["cpu"]], "bare_cpu_s": [round(v, 1) for v in b_spent],
                                 "peak_pss_gb": round(memory.peak.get(n, 0) / 1e9, 2)})
                 print(f"{n} host(s): rlbox {r:6.1f} s (pre-flight {x['preflight']:.1f} s, teardown {x['teardown']:.1f} s, "
                       f"watch {x['tick_cpu_ms']:.1f} ms CPU/tick) | (a) seed ray_start.sh {a:6.1f} s (teardown {a_down:.1f} s)"
@@ -530,6 +568,11 @@ def main() -> int:
         ratios = [x["rlbox_s"] / x["parallel_bare_s"] for x in at[last["hosts"]]]
         each = f" (each run: {', '.join(f'{v:.2f}' for v in ratios)})" if len(ratios) > 1 else ""
         scale = median([x["rlbox_s"] for x in at[last["hosts"]]]) / median([x["rlbox_s"] for x in at[first["hosts"]]])
+        extra = [(x["rlbox_cpu_s"][0] - x["bare_cpu_s"][0], x["rlbox_cpu_s"][1] - x["bare_cpu_s"][1]) for x in at[last["hosts"]]]
+        print(f"at {last['hosts']} hosts, CPU-s to ready, rlbox - (b), the median of each run's: this machine "
+              f"{median(e[0] for e in extra):+.1f}, the containers {median(e[1] for e in extra):+.1f}, the rest "
+              f"{median(e[0] - e[1] for e in extra):+.1f} (rlbox: its checks, ssh, the engines; (b): its ssh and docker CLI)",
+              flush=True)
         print(f"at {last['hosts']} hosts: rlbox/(b) {median(ratios):.2f}{each} (goal <= 1) | "
               f"rlbox at {last['hosts']} / rlbox at {first['hosts']}: {scale:.2f} (goal <= 2) | "
               f"watch CPU per tick per node: " + ", ".join(f"{x['hosts']}: {x['watch_tick_cpu_ms'] / x['hosts']:.1f} ms"
