@@ -120,7 +120,8 @@ class Bed:
     def containers_cpu(self, n: int) -> float:
         """CPU-seconds used so far by every container of hosts 0..n-1: each host's engine puts its containers
         under the cgroup named after its namespace (`--cgroup-parent`), whose usage counts removed ones too.
-        Ray's own work (and a node's start script), apart from the launcher, ssh and the engines."""
+        Ray's own work (and a node's start script), apart from the launcher, ssh and the engines; nan where a
+        host's cgroup cannot be read (then no split is claimed)."""
         total = 0.0
         for h in self.state.hosts[:n]:
             v1, v2 = Path("/sys/fs/cgroup/cpuacct", h.netns, "cpuacct.usage"), Path("/sys/fs/cgroup", h.netns, "cpu.stat")
@@ -128,6 +129,8 @@ class Bed:
                 total += int(v1.read_text()) / 1e9
             elif v2.exists():
                 total += next(int(line.split()[1]) for line in v2.read_text().splitlines() if line.startswith("usage_usec")) / 1e6
+            else:
+                return float("nan")
         return total
 
     def on_all(self, n: int, one) -> list:
