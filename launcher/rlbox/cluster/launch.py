@@ -172,9 +172,8 @@ def _whole_hosts(req: RunRequest, asked, spec: cluster.ClusterSpec, devices: dic
         return frozenset()
     if not req.sim:
         return frozenset(devices)
-    counts = profile.device_counts or (profile.npus_per_node,)
     return frozenset(h.name for h in spec.hosts
-                     if devices[h.name] >= sim.stand_in_count(h.sim.devices, counts, tuple(range(devices[h.name]))))
+                     if devices[h.name] >= sim.stand_in_count(h.sim.devices, profile.counts, tuple(range(devices[h.name]))))
 
 
 def _recipe_for(req: RunRequest) -> recipes.Recipe | None:

@@ -362,6 +362,11 @@ class Profile:
     npu_smi_chip: str
     device_counts: tuple[int, ...]
 
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """The NPU counts hosts of this hardware come with: the matrix's, else its per-node count."""
+        return self.device_counts or (self.npus_per_node,)
+
 
 def node_container(
     *,
@@ -524,4 +529,4 @@ def plan_run(
         notes.append("nodes differ in NPU count; verl's trainer.n_gpus_per_node assumes equal nodes")
     return RunPlan(run, run_id, image, profile.name, network is not None, head, ports, tuple(nodes),
                    network, job, sim_files, sim_driver, tuple(notes), driver_min, driver_max,
-                   profile.device_counts or (profile.npus_per_node,), tuple(hccl.items()), npu_policy=npu_policy)
+                   profile.counts, tuple(hccl.items()), npu_policy=npu_policy)
