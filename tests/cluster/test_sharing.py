@@ -4,6 +4,7 @@ exactly one starts), simulation networks that never collide."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -182,17 +183,26 @@ def test_a_claim_whose_answer_never_came_is_not_left_behind(sim_image):
     assert _claims("t13-lost") == []
 
 
-def _claimer(run: str, host: str, ids: tuple[int, ...], whole: bool, image: str, hosts: int = 1):
-    """A run's claims plan (what sharing.claims reads) on simulated hosts of this machine's engine: ``host``,
-    or with ``hosts`` that many (``host`` then 0, 1, ...)."""
+_PORTS = itertools.count(45000)  # each claims plan's own simulated dashboard port (claimed too)
+
+
+def _claimer(run: str, host: str, ids: tuple[int, ...], whole: bool, image: str, hosts: int = 1, sim: bool = True):
+    """A run's claims plan (what sharing.claims reads) on hosts of this machine's engine: ``host``, or with
+    ``hosts`` that many (``host`` then 0, 1, ...); simulated ones, or (``sim`` False) real ones reached over
+    ssh, as one machine under several names would be."""
     from types import SimpleNamespace
 
     from rlbox.cluster.spec import Host
 
     names = [host] if hosts == 1 else [f"{host}{i}" for i in range(hosts)]
-    nodes = [SimpleNamespace(index=k, npu_ids=ids, whole_host=whole, host=Host(name, transport="local"),
+    nodes = [SimpleNamespace(index=k, npu_ids=ids, whole_host=whole, host=Host(name, transport="local" if sim else "ssh"),
                              client=docker.from_env()) for k, name in enumerate(names)]
-    return SimpleNamespace(run=run, run_id=f"{run}-id", image=image, sim=False, nodes=nodes), nodes
+    ports = SimpleNamespace(dashboard=next(_PORTS))
+    return SimpleNamespace(run=run, run_id=f"{run}-id", image=image, sim=sim, ports=ports, nodes=nodes), nodes
+
+
+def _npu_claims(run: str) -> list[str]:
+    return [c for c in _claims(run) if not c.startswith("rlbox-claim-port-")]
 
 
 def test_a_whole_host_and_one_of_its_npus_are_never_held_by_two_runs(sim_image):
@@ -203,15 +213,15 @@ def test_a_whole_host_and_one_of_its_npus_are_never_held_by_two_runs(sim_image):
 
     whole = _claimer("t13-whole", "sim0", tuple(range(16)), True, sim_image)
     part = _claimer("t13-part", "sim0", (3, 4), False, sim_image)
-    assert sharing.claim(*whole) == 1 and _claims("t13-whole") == ["rlbox-claim-sim0-all"]
+    assert sharing.claim(*whole) == 2 and _npu_claims("t13-whole") == ["rlbox-claim-sim0-all"]  # and its port
     with pytest.raises(RlboxError, match=r"^every NPU of sim0 is held by run 't13-whole' \(id t13-whole-id\); choose other hosts,"):
         sharing.claim(*part)
     assert _claims("t13-part") == []
     with pytest.raises(RlboxError, match="every NPU of sim0 is held by run 't13-whole'"):  # two whole: the engine's refusal
         sharing.claim(*_claimer("t13-whole2", "sim0", tuple(range(16)), True, sim_image))
-    assert sharing.claim(*_claimer("t13-other", "sim1", tuple(range(16)), True, sim_image)) == 1  # another host
+    assert sharing.claim(*_claimer("t13-other", "sim1", tuple(range(16)), True, sim_image)) == 2  # another host
     sharing.release(docker.from_env(), "t13-whole")
-    assert sharing.claim(*part) == 2
+    assert sharing.claim(*part) == 3
     with pytest.raises(RlboxError, match=r"^NPU [34] of sim0 is held by run 't13-part'"):
         sharing.claim(*whole)
     assert _claims("t13-whole") == [] and docker.from_env().containers.list(all=True, filters={"name": sharing.CLAIMS_LOCK}) == []
@@ -220,6 +230,27 @@ def test_a_whole_host_and_one_of_its_npus_are_never_held_by_two_runs(sim_image):
     sharing.claim(*_claimer("t13-x", "run-t13-x", (3,), False, sim_image))
     plan, nodes = _claimer("t13-x-all", "sim2", (0,), False, sim_image)
     assert sharing.claim(plan, nodes, [sharing.name_claim(plan)]) == 1
+
+
+def test_one_machine_under_two_names_is_one_machine_s_npus(sim_image):
+    """Real hosts' NPU claims are named by the engine that holds them, not by the name a run gives the host:
+    runs calling one machine `node1` and `10.0.0.5` (here both this machine's engine, over "ssh") are refused
+    for each other's NPUs, whole or one at a time; one run listing the machine under both names is told so."""
+    from rlbox.cluster import sharing
+    from rlbox.core.errors import RlboxError
+
+    first = _claimer("t13-alias1", "t13node1", (3, 4), False, sim_image, sim=False)
+    assert sharing.claim(*first) == 2 and _claims("t13-alias1") == ["rlbox-claim-npu03", "rlbox-claim-npu04"]
+    with pytest.raises(RlboxError, match=r"^NPU 4 of 10\.0\.0\.5 \(as t13node1\) is held by run 't13-alias1'"):
+        sharing.claim(*_claimer("t13-alias2", "10.0.0.5", (4, 5), False, sim_image, sim=False))
+    with pytest.raises(RlboxError, match=r"^NPU [34] of t13node1 is held by run 't13-alias1'"):  # the other kind
+        sharing.claim(*_claimer("t13-alias3", "10.0.0.5", tuple(range(16)), True, sim_image, sim=False))
+    assert _claims("t13-alias2") == _claims("t13-alias3") == []
+    assert sharing.claim(*_claimer("t13-alias4", "10.0.0.5", (5,), False, sim_image, sim=False)) == 1  # another NPU
+    plan, nodes = _claimer("t13-alias5", "t13twice", (9,), False, sim_image, hosts=2, sim=False)
+    with pytest.raises(RlboxError, match=r"^hosts t13twice0 and t13twice1 are one machine \(one engine answers both\)"):
+        sharing.claim(plan, nodes)
+    assert _claims("t13-alias5") == []
 
 
 def test_a_whole_host_and_some_of_its_npus_racing_one_engine_exactly_one_holds(sim_image):
@@ -236,5 +267,5 @@ def test_a_whole_host_and_some_of_its_npus_racing_one_engine_exactly_one_holds(s
         assert len(won) == 1, outcome
         lost = next(run for run in outcome if run not in won)
         assert f"is held by run '{won[0]}'" in outcome[lost] and _claims(lost) == [], outcome
-        assert len(_claims(won[0])) == outcome[won[0]] == 8
+        assert len(_claims(won[0])) == outcome[won[0]] == 9  # 8 hosts' and the port
         sharing.release(docker.from_env(), won[0])

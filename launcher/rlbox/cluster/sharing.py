@@ -4,8 +4,11 @@ atomically.
 
 Ports follow the run's *slot*, the lowest NPU id it uses: runs sharing a host hold disjoint
 NPUs, so their slots, and with them every port, differ. A claim is a container that is created
-and never started, named after what it holds (``rlbox-claim-HOST-npu03``, or ``rlbox-claim-HOST-all``
-for a run that takes every NPU the host has): the engine refuses a second container of the same
+and never started on the host's engine, named after what it holds (``rlbox-claim-npu03``, or
+``rlbox-claim-all`` for a run that takes every NPU the host has; on a simulation, whose hosts share
+this machine's engine, ``rlbox-claim-HOST-npu03``): never after the name a run gives a real host, so
+two runs calling one machine by two names (``node1``, ``10.0.0.5``) claim the same NPUs under the same
+names. The engine refuses a second container of the same
 name, so of two runs racing for one NPU exactly one gets it (a whole host against one of its NPUs:
 ``_crossed``). On
 each engine claims are taken in one global order (by name); a run claiming on several engines
@@ -39,6 +42,7 @@ HCCL_BASE, HCCL_BLOCK = 60100, 160  # slot s: 60100 + 160 s .. + 159 (60100-6521
 LABEL_CLAIM = "io.rlbox.claim"
 LABEL_CLAIM_ID = "io.rlbox.claim-run-id"
 LABEL_CLAIM_WHAT = "io.rlbox.claim-what"
+LABEL_CLAIM_SCOPE = "io.rlbox.claim-scope"  # an NPU claim's scope (sharing.scope): "" the engine's machine
 CLAIMS_LOCK = "rlbox-claims-lock"  # one per engine, held by a run while it claims there
 LOCK_WAIT = 30.0  # seconds: a lock is held while its run claims (about a second); longer, its rlbox died
 
@@ -108,18 +112,31 @@ def name_claim(plan) -> tuple[int, str, str]:
     return (0, f"rlbox-claim-run-{plan.run}", f"run name '{plan.run}'")
 
 
+def scope(plan, host) -> str:
+    """Where a host's NPU claims live on its engine: "" for a real host, whose engine is that machine's
+    whatever name a run gives it (``node1``, ``10.0.0.5`` and ``localhost`` may be one machine's NPUs);
+    the host's name for a simulated one (all of a simulation's hosts share this machine's engine)."""
+    return host.name if getattr(plan, "sim", False) else ""
+
+
+def _npu_claim(plan, host, part: str) -> str:
+    where = scope(plan, host)
+    return f"rlbox-claim-{_safe(where)}-{part}" if where else f"rlbox-claim-{part}"
+
+
 def claims(plan) -> list[tuple[int, str, str]]:
     """What a run claims, as (node index, claim container name, what it holds), in the one
     global order: the run's name on the head's engine, every NPU of every node (a node that
     takes its whole host: the host, in one claim), and for a simulation the dashboard port it
-    publishes on this machine."""
+    publishes on this machine. An NPU claim is named by its ``scope``, not by the name a run
+    gives the host."""
     out = [name_claim(plan)]
     for node in plan.nodes:
         if node.whole_host:  # every NPU of the host: one claim (a host's 16 cost 16 creates and 16 removes)
-            out.append((node.index, f"rlbox-claim-{_safe(node.host.name)}-all", f"every NPU of {node.host.name}"))
+            out.append((node.index, _npu_claim(plan, node.host, "all"), f"every NPU of {node.host.name}"))
             continue
         for i in node.npu_ids:
-            out.append((node.index, f"rlbox-claim-{_safe(node.host.name)}-npu{i:02d}", f"NPU {i} of {node.host.name}"))
+            out.append((node.index, _npu_claim(plan, node.host, f"npu{i:02d}"), f"NPU {i} of {node.host.name}"))
     if plan.sim:
         port = plan.ports.dashboard
         out.append((0, f"rlbox-claim-port-{port}", f"port {port} of this machine (simulated dashboard)"))
@@ -264,26 +281,37 @@ def _npus_of(what: str) -> tuple[str, bool] | None:
     return (m.group(1), False) if m else None
 
 
-def _crossed(plan, client, which: list[tuple[int, str, str]]) -> RlboxError | None:
-    """The refusal of ``which`` (made on ``client``'s engine) when another run holds the other kind
-    of claim on one of its hosts (a whole host against one of its NPUs, or the reverse); else None."""
+def _crossed(plan, nodes, which: list[tuple[int, str, str]]) -> RlboxError | None:
+    """The refusal of ``which`` (claims of one engine) when another run holds the other kind of claim
+    on one of its hosts (a whole host against one of its NPUs, or the reverse), a host told by its
+    ``scope``, not its name; else None."""
     mine: dict[str, bool] = {}
-    for _, _, what in which:
+    for index, _, what in which:
         held = _npus_of(what)
         if held:
-            mine[held[0]] = mine.get(held[0], False) or held[1]
+            where = scope(plan, nodes[index].host)
+            mine[where] = mine.get(where, False) or held[1]
     if not mine:
         return None
-    for box in client.api.containers(all=True, filters={"label": LABEL_CLAIM}):
+    for box in nodes[which[0][0]].client.api.containers(all=True, filters={"label": LABEL_CLAIM}):
         labels = box.get("Labels") or {}
         theirs = _npus_of(labels.get(LABEL_CLAIM_WHAT, ""))
-        if labels.get(LABEL_CLAIM_ID) != plan.run_id and theirs and theirs[0] in mine and (mine[theirs[0]] or theirs[1]):
+        if labels.get(LABEL_CLAIM_ID) == plan.run_id or not theirs:
+            continue
+        where = labels.get(LABEL_CLAIM_SCOPE, theirs[0])  # an rlbox before scopes: the host's name
+        if where in mine and (mine[where] or theirs[1]):
             return _held(plan, labels[LABEL_CLAIM_WHAT], labels)
     return None
 
 
 def _held(plan, what: str, holder: dict[str, str]) -> RlboxError:
     """The refusal of a claim on ``what``, held by the run of ``holder`` (its claim's labels)."""
+    mine, theirs = _npus_of(what), _npus_of(holder.get(LABEL_CLAIM_WHAT, ""))
+    if mine and theirs and holder.get(LABEL_CLAIM_ID) == plan.run_id and mine[0] != theirs[0]:
+        return RlboxError(f"hosts {theirs[0]} and {mine[0]} are one machine (one engine answers both): "
+                          "list each machine once")
+    if mine and theirs and mine[0] != theirs[0]:
+        what = f"{what} (as {theirs[0]})"  # the holder's run calls the machine so
     run = holder.get(LABEL_CLAIM) or plan.run if what.startswith("run name") else holder.get(LABEL_CLAIM, "?")
     if run == plan.run:
         return RlboxError(f"{what} is held by run '{run}' (id {holder.get(LABEL_CLAIM_ID, '?')}): another "
@@ -304,15 +332,16 @@ class _Stopped(Exception):
     """An engine's claiming stopped because another engine's failed."""
 
 
-def _labels(plan, what: str) -> dict[str, str]:
-    return {engine.LABEL_MANAGED: "true", LABEL_CLAIM: plan.run, LABEL_CLAIM_ID: plan.run_id, LABEL_CLAIM_WHAT: what}
+def _labels(plan, what: str, where: str | None = None) -> dict[str, str]:
+    labels = {engine.LABEL_MANAGED: "true", LABEL_CLAIM: plan.run, LABEL_CLAIM_ID: plan.run_id, LABEL_CLAIM_WHAT: what}
+    return labels if where is None else {**labels, LABEL_CLAIM_SCOPE: where}
 
 
-def _create(plan, client, name: str, what: str) -> str:
+def _create(plan, client, name: str, what: str, where: str | None = None) -> str:
     """A never-started container ``name`` holding ``what`` for this run id (a claim or a claims lock;
     the engine refuses a second of the name: 409). The low-level create: one call to the engine (the
     high-level one reads the container back)."""
-    return client.api.create_container(plan.image, ["true"], name=name, labels=_labels(plan, what),
+    return client.api.create_container(plan.image, ["true"], name=name, labels=_labels(plan, what, where),
                                        host_config=client.api.create_host_config(network_mode="none"))["Id"]
 
 
@@ -396,7 +425,8 @@ def _claim_on(plan, nodes, which: list[tuple[int, str, str]], stop: threading.Ev
                 raise _Stopped()
             client = nodes[index].client
             try:
-                taken.append((client, _create(plan, client, name, what)))
+                where = scope(plan, nodes[index].host) if _npus_of(what) else None
+                taken.append((client, _create(plan, client, name, what, where)))
             except APIError as err:
                 if err.status_code != 409:
                     raise RlboxError(f"{nodes[index].host.name}: cannot claim {what}: {engine.reason(err)}") from None
@@ -409,7 +439,7 @@ def _claim_on(plan, nodes, which: list[tuple[int, str, str]], stop: threading.Ev
                         time.sleep(0.05)
                 raise _held(plan, what, holder) from None
         if which and not stop.is_set():
-            crossed = _crossed(plan, nodes[which[0][0]].client, which)
+            crossed = _crossed(plan, nodes, which)
             if crossed is not None:
                 raise crossed
     except BaseException as err:
