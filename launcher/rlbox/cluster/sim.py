@@ -174,15 +174,19 @@ fault() {
 [ "${1:-}" = -i ] || { echo "hccn_tool (rlbox stand-in): use -i N -link|-ip|-net_health -g, -ping -g address A" >&2; exit 1; }
 i=$2 what=${3:-}
 addr= mask= k= v=
-if [ -r "$conf" ]; then
-  while IFS='=' read -r k v || [ -n "$k" ]; do
-    case $k in
-      "address_$i") [ -n "$addr" ] || addr=$v ;;
-      "netmask_$i") [ -n "$mask" ] || mask=$v ;;
-    esac
-  done <"$conf"
-fi
-fault "noip $i" && addr= mask=
+address() {  # this NPU's address and netmask from hccn.conf (read only by the queries that need them)
+  if [ -r "$conf" ]; then
+    while IFS='=' read -r k v || [ -n "$k" ]; do
+      case $k in
+        "address_$i") [ -n "$addr" ] || addr=$v ;;
+        "netmask_$i") [ -n "$mask" ] || mask=$v ;;
+      esac
+    done <"$conf"
+  fi
+  fault "noip $i" && addr= mask=
+  return 0
+}
+case $what in -ip|-ping) address ;; esac
 case $what in
   -link) if fault "link $i DOWN"; then echo "link status: DOWN"; else echo "link status: UP"; fi ;;
   -ip) [ -n "$addr" ] || { echo "Get ip failed, ret:-2" >&2; exit 1; }
