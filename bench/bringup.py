@@ -10,8 +10,9 @@ driving the hosts over ssh as an operator does:
       until NHOSTS x 16 NPUs are there;
   (b) bare parallel `ray start --block` on every host at once (`ssh HOST docker run --network
       host ...`), workers waiting for the head's port, ready when Ray's node table (the head's
-      dashboard) has every host's node alive with its NPUs, polled every 0.1 s: the readiness rlbox
-      waits for (ray.wait_for_npus), what Ray itself needs here.
+      dashboard) has every host's node alive with its NPUs, polled as rlbox polls it (ray.POLL, 0.25 s;
+      each read costs the head's dashboard ~3-5 ms of CPU, so a faster poll would load the baseline
+      more than rlbox): the readiness rlbox waits for (ray.wait_for_npus), what Ray itself needs here.
 
 Before each baseline the bench checks that nothing answers on its Ray ports (a cluster left over
 would be read as ready at once), and after each that none of its containers is left on any host.
@@ -166,7 +167,7 @@ class Bed:
         """Seconds from ``start`` until Ray reports every host's node alive with all its NPUs: the same
         readiness rlbox waits for (ray.wait_for_npus, through the head's dashboard)."""
         expected = {f"node{i}": self.address(i) for i in range(n)}
-        ray.wait_for_npus(f"http://{self.address(0)}:{DASHBOARD}", expected, n * NPUS, timeout=300, poll=0.1)
+        ray.wait_for_npus(f"http://{self.address(0)}:{DASHBOARD}", expected, n * NPUS, timeout=300, poll=ray.POLL)
         return time.perf_counter() - start
 
 
@@ -413,7 +414,7 @@ def seed_host(bed: Bed, i: int, prefix: str, image: str, poll_head) -> None:
 
 def parallel_bare(bed: Bed, n: int, image: str, cpu: list | None = None) -> tuple[float, float]:
     """(b) every host's bare `ray start --block` at once; ready when Ray's node table has every host's node
-    alive with its NPUs (as for rlbox), polled every 0.1 s. ``cpu`` gets what the bring-up cost (cpu_so_far)."""
+    alive with its NPUs (as for rlbox), polled as rlbox polls it (ray.POLL). ``cpu`` gets what the bring-up cost (cpu_so_far)."""
     prefix = "rlbox-bench-bare"
     bed.clean(n, prefix)
     bed.quiet(n)
