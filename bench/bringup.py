@@ -118,11 +118,12 @@ class Bed:
         path.write_text("\n".join(lines + [f"  - host: {self.address(i)}" for i in range(n)]) + "\n")
         return path
 
-    def containers_cpu(self, n: int) -> float:
+    def containers_cpu(self, n: int, before: bool = False) -> float:
         """CPU-seconds used so far by every container of hosts 0..n-1: each host's engine puts its containers
         under the cgroup named after its namespace (`--cgroup-parent`), whose usage counts removed ones too.
         Ray's own work (and a node's start script), apart from the launcher, ssh and the engines; nan where a
-        host's cgroup cannot be read (then no split is claimed)."""
+        host's cgroup cannot be read (then no split is claimed). ``before`` a bring-up, a host whose engine has
+        run no container yet has no such cgroup (the engine makes it with the first): 0 there."""
         total = 0.0
         for h in self.state.hosts[:n]:
             v1, v2 = Path("/sys/fs/cgroup/cpuacct", h.netns, "cpuacct.usage"), Path("/sys/fs/cgroup", h.netns, "cpu.stat")
@@ -130,7 +131,7 @@ class Bed:
                 total += int(v1.read_text()) / 1e9
             elif v2.exists():
                 total += next(int(line.split()[1]) for line in v2.read_text().splitlines() if line.startswith("usage_usec")) / 1e6
-            else:
+            elif not before:  # missing after a bring-up too: not this layout of cgroups, so nan in the end
                 return float("nan")
         return total
 
@@ -270,11 +271,11 @@ class Sampler:
         return "; ".join(lines)
 
 
-def cpu_so_far(bed: Bed, n: int) -> tuple[float, float]:
+def cpu_so_far(bed: Bed, n: int, before: bool = False) -> tuple[float, float]:
     """(this machine's busy CPU-seconds, those of hosts 0..n-1's containers) so far: read at a bring-up's start
-    and at its ready, what lies between is what the bring-up cost, Ray's part and the rest (launcher, ssh,
-    sshd, engines, the commands a check runs on a host)."""
-    return cpu_jiffies()[0] / os.sysconf("SC_CLK_TCK"), bed.containers_cpu(n)
+    (``before``) and at its ready, what lies between is what the bring-up cost, Ray's part and the rest
+    (launcher, ssh, sshd, engines, the commands a check runs on a host)."""
+    return cpu_jiffies()[0] / os.sysconf("SC_CLK_TCK"), bed.containers_cpu(n, before)
 
 
 def cpu_line(spent: tuple[float, float]) -> str:
@@ -289,7 +290,7 @@ def rlbox_bringup(bed: Bed, n: int, cluster: Path, runs: Path, name: str, perf: 
     ``perf``, each phase's CPU by process name (Sampler)."""
     sampler = Sampler() if perf else None
     times: list[tuple[str, float]] = [("start", time.monotonic())]
-    cpu_start = cpu_so_far(bed, n)
+    cpu_start = cpu_so_far(bed, n, before=True)
     start = time.perf_counter()
     ready_at: list[float] = []
     cpu_ready: list[tuple[float, float]] = []
@@ -418,7 +419,7 @@ def parallel_bare(bed: Bed, n: int, image: str, cpu: list | None = None) -> tupl
     prefix = "rlbox-bench-bare"
     bed.clean(n, prefix)
     bed.quiet(n)
-    cpu_start = cpu_so_far(bed, n)
+    cpu_start = cpu_so_far(bed, n, before=True)
     start = time.perf_counter()
     head = bed.address(0)
     threads, failures = [], []
