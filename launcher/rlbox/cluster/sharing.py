@@ -116,7 +116,7 @@ def scope(plan, host) -> str:
     """Where a host's NPU claims live on its engine: "" for a real host, whose engine is that machine's
     whatever name a run gives it (``node1``, ``10.0.0.5`` and ``localhost`` may be one machine's NPUs);
     the host's name for a simulated one (all of a simulation's hosts share this machine's engine)."""
-    return host.name if getattr(plan, "sim", False) else ""
+    return host.name if plan.sim else ""
 
 
 def _npu_claim(plan, host, part: str) -> str:
