@@ -308,8 +308,8 @@ def _held(plan, what: str, holder: dict[str, str]) -> RlboxError:
     """The refusal of a claim on ``what``, held by the run of ``holder`` (its claim's labels)."""
     mine, theirs = _npus_of(what), _npus_of(holder.get(LABEL_CLAIM_WHAT, ""))
     if mine and theirs and holder.get(LABEL_CLAIM_ID) == plan.run_id and mine[0] != theirs[0]:
-        return RlboxError(f"hosts {theirs[0]} and {mine[0]} are one machine (one engine answers both): "
-                          "list each machine once")
+        first, second = sorted((theirs[0], mine[0]))  # whichever of the two claimed first
+        return RlboxError(f"hosts {first} and {second} are one machine (one engine answers both): list each machine once")
     if mine and theirs and mine[0] != theirs[0]:
         what = f"{what} (as {theirs[0]})"  # the holder's run calls the machine so
     run = holder.get(LABEL_CLAIM) or plan.run if what.startswith("run name") else holder.get(LABEL_CLAIM, "?")
