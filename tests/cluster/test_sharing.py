@@ -235,7 +235,8 @@ def test_a_whole_host_and_one_of_its_npus_are_never_held_by_two_runs(sim_image):
 def test_one_machine_under_two_names_is_one_machine_s_npus(sim_image):
     """Real hosts' NPU claims are named by the engine that holds them, not by the name a run gives the host:
     runs calling one machine `node1` and `10.0.0.5` (here both this machine's engine, over "ssh") are refused
-    for each other's NPUs, whole or one at a time; one run listing the machine under both names is told so."""
+    for each other's NPUs, whole or one at a time, in the refused run's words; one run listing the machine under
+    both names is told so; a claim an older rlbox made (named after its host name, no scope) still counts."""
     from rlbox.cluster import sharing
     from rlbox.core.errors import RlboxError
 
@@ -243,7 +244,7 @@ def test_one_machine_under_two_names_is_one_machine_s_npus(sim_image):
     assert sharing.claim(*first) == 2 and _claims("t13-alias1") == ["rlbox-claim-npu03", "rlbox-claim-npu04"]
     with pytest.raises(RlboxError, match=r"^NPU 4 of 10\.0\.0\.5 \(as t13node1\) is held by run 't13-alias1'"):
         sharing.claim(*_claimer("t13-alias2", "10.0.0.5", (4, 5), False, sim_image, sim=False))
-    with pytest.raises(RlboxError, match=r"^NPU [34] of t13node1 is held by run 't13-alias1'"):  # the other kind
+    with pytest.raises(RlboxError, match=r"^NPU [34] of 10\.0\.0\.5 \(as t13node1\) is held by run 't13-alias1'"):  # the other kind
         sharing.claim(*_claimer("t13-alias3", "10.0.0.5", tuple(range(16)), True, sim_image, sim=False))
     assert _claims("t13-alias2") == _claims("t13-alias3") == []
     assert sharing.claim(*_claimer("t13-alias4", "10.0.0.5", (5,), False, sim_image, sim=False)) == 1  # another NPU
@@ -251,6 +252,16 @@ def test_one_machine_under_two_names_is_one_machine_s_npus(sim_image):
     with pytest.raises(RlboxError, match=r"^hosts t13twice0 and t13twice1 are one machine \(one engine answers both\)"):
         sharing.claim(plan, nodes)
     assert _claims("t13-alias5") == []
+    # a claim made by an rlbox before scopes (named after its run's name for the host, no scope label) is seen
+    docker.from_env().api.create_container(sim_image, ["true"], name="rlbox-claim-t13old-npu06", labels={
+        "io.rlbox.managed": "true", sharing.LABEL_CLAIM: "t13-old", sharing.LABEL_CLAIM_ID: "t13-old-id",
+        sharing.LABEL_CLAIM_WHAT: "NPU 6 of t13old"})
+    with pytest.raises(RlboxError, match=r"^NPU 6 of t13node1 \(as t13old\) is held by run 't13-old'"):
+        sharing.claim(*_claimer("t13-alias6", "t13node1", (6,), False, sim_image, sim=False))
+    with pytest.raises(RlboxError, match=r"^NPU 6 of t13old is held by run 't13-old'"):
+        sharing.claim(*_claimer("t13-alias7", "t13old", tuple(range(16)), True, sim_image, sim=False))
+    assert _claims("t13-alias6") == _claims("t13-alias7") == []
+    assert sharing.claim(*_claimer("t13-alias8", "t13old", (7,), False, sim_image, sim=False)) == 1
 
 
 def test_a_whole_host_and_some_of_its_npus_racing_one_engine_exactly_one_holds(sim_image):

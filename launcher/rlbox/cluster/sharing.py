@@ -269,7 +269,7 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
 # all back if it finds one (``_crossed``). Racing runs hold the engine's claims lock, so the second one to claim
 # sees the first's; should the lock be taken over from a run still claiming, each looks after its own creates,
 # so at least one of the two sees the other: two runs never hold one NPU.
-_WHOLE, _ONE = re.compile(r"every NPU of (.+)"), re.compile(r"NPU [0-9]+ of (.+)")
+_WHOLE, _ONE = re.compile(r"every NPU of (.+)"), re.compile(r"NPU ([0-9]+) of (.+)")
 
 
 def _npus_of(what: str) -> tuple[str, bool] | None:
@@ -278,29 +278,42 @@ def _npus_of(what: str) -> tuple[str, bool] | None:
     if m:
         return m.group(1), True
     m = _ONE.fullmatch(what)
-    return (m.group(1), False) if m else None
+    return (m.group(2), False) if m else None
+
+
+def _npu_id(what: str) -> int | None:
+    m = _ONE.fullmatch(what)
+    return int(m.group(1)) if m else None
 
 
 def _crossed(plan, nodes, which: list[tuple[int, str, str]]) -> RlboxError | None:
     """The refusal of ``which`` (claims of one engine) when another run holds the other kind of claim
     on one of its hosts (a whole host against one of its NPUs, or the reverse), a host told by its
-    ``scope``, not its name; else None."""
-    mine: dict[str, bool] = {}
+    ``scope``, not its name; or, made by an rlbox before scopes (no scope label: on a real host's
+    engine it named the claim after its own name for the machine), any claim of one of its NPUs. Else None."""
+    mine: dict[str, tuple[str, bool, frozenset[int]]] = {}  # by scope: this run's name for the host, whole, NPU ids
     for index, _, what in which:
         held = _npus_of(what)
         if held:
             where = scope(plan, nodes[index].host)
-            mine[where] = mine.get(where, False) or held[1]
+            name, whole, ids = mine.get(where, (held[0], False, frozenset()))
+            mine[where] = (name, whole or held[1], ids | {_npu_id(what)} - {None})
     if not mine:
         return None
     for box in nodes[which[0][0]].client.api.containers(all=True, filters={"label": LABEL_CLAIM}):
         labels = box.get("Labels") or {}
-        theirs = _npus_of(labels.get(LABEL_CLAIM_WHAT, ""))
+        what = labels.get(LABEL_CLAIM_WHAT, "")
+        theirs = _npus_of(what)
         if labels.get(LABEL_CLAIM_ID) == plan.run_id or not theirs:
             continue
-        where = labels.get(LABEL_CLAIM_SCOPE, theirs[0])  # an rlbox before scopes: the host's name
-        if where in mine and (mine[where] or theirs[1]):
-            return _held(plan, labels[LABEL_CLAIM_WHAT], labels)
+        older = LABEL_CLAIM_SCOPE not in labels  # its claims' names never meet this run's on a real host
+        where = labels.get(LABEL_CLAIM_SCOPE, theirs[0] if plan.sim else "")
+        if where not in mine:
+            continue
+        name, whole, ids = mine[where]
+        if whole or theirs[1] or (older and _npu_id(what) in ids):
+            in_my_words = ("every NPU of " if theirs[1] else f"NPU {_npu_id(what)} of ") + name
+            return _held(plan, in_my_words, labels)
     return None
 
 
