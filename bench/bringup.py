@@ -278,6 +278,11 @@ def cpu_so_far(bed: Bed, n: int, before: bool = False) -> tuple[float, float]:
     return cpu_jiffies()[0] / os.sysconf("SC_CLK_TCK"), bed.containers_cpu(n, before)
 
 
+def cpu_since(bed: Bed, n: int, start: tuple[float, float]) -> tuple[float, float]:
+    """What cpu_so_far has grown by since ``start`` (one read of it at a bring-up's start)."""
+    return tuple(b - a for a, b in zip(start, cpu_so_far(bed, n)))
+
+
 def cpu_line(spent: tuple[float, float]) -> str:
     machine, containers = spent
     return f"{machine:.1f} CPU-s to ready: containers {containers:.1f}, the rest {machine - containers:.1f}"
@@ -309,7 +314,7 @@ def rlbox_bringup(bed: Bed, n: int, cluster: Path, runs: Path, name: str, perf: 
     def echo(line: str) -> None:
         if line.startswith("cluster ready"):
             ready_at.append(time.perf_counter())
-            cpu_ready.append(cpu_so_far(bed, n))
+            cpu_ready.append(cpu_since(bed, n, cpu_start))
         elif line.startswith("bring-up: "):  # rlbox's own breakdown (execute.Cluster.phases)
             phases.append(line.removeprefix("bring-up: "))
         elif "starting it again" in line:  # a raylet that timed out registering (Ray's 30 s) is counted in
@@ -358,7 +363,7 @@ def rlbox_bringup(bed: Bed, n: int, cluster: Path, runs: Path, name: str, perf: 
     return {"ready": ready_at[0] - start, "preflight": spent[0] if spent else 0.0, "teardown": teardown,
             "tick_cpu_ms": tick_cpu * 1000, "phases": f"plan {planned:.1f} s, " + (phases[0] if phases else "?"),
             "busy": busy_per_phase(marks, jiffies_start),
-            "cpu": tuple(b - a for a, b in zip(cpu_start, cpu_ready[0])), "by_process": by_process,
+            "cpu": cpu_ready[0], "by_process": by_process,
             "own": ", ".join(f"{phase} {now - before:.1f}" for (_, before), (phase, now) in zip(own, own[1:]))}  # execute's marks only: Phases.mark restored after it
 
 
@@ -447,7 +452,7 @@ def parallel_bare(bed: Bed, n: int, image: str, cpu: list | None = None) -> tupl
     try:
         took = bed.ready(n, start)
         if cpu is not None:
-            cpu.append(tuple(b - a for a, b in zip(cpu_start, cpu_so_far(bed, n))))
+            cpu.append(cpu_since(bed, n, cpu_start))
     except RlboxError as err:
         bed.clean(n, prefix)
         raise SystemExit(f"bench: bare cluster: {err}") from None

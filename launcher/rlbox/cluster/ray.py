@@ -57,33 +57,29 @@ def wait_for_npus(
     (a new one a read cost the head's dashboard and this process ~3 ms more of CPU each).
     """
     with requests.Session() as session:
-        return _wait(base, expected, total, timeout, progress, alive_check, poll, session)
-
-
-def _wait(base, expected, total, timeout, progress, alive_check, poll, session) -> list[RayNode]:
-    deadline = time.monotonic() + timeout
-    last_seen: list[RayNode] = []
-    last_report = None
-    while True:
-        try:
-            last_seen = nodes(base, session=session)
-        except (requests.RequestException, KeyError, ValueError):
-            pass  # dashboard not up yet
-        alive = [n for n in last_seen if n.alive]
-        have = sum(n.npus for n in alive)
-        if progress and (len(alive), have) != last_report:
-            progress(len(alive), have, total)
-            last_report = (len(alive), have)
-        if have >= total and len(alive) >= len(expected):
-            return alive
-        problem = alive_check() if alive_check else None
-        if problem or time.monotonic() >= deadline:
-            joined = {n.ip for n in alive}
-            missing = [label for label, addr in expected.items() if addr not in joined]
-            why = problem or f"timed out after {timeout:.0f} s"
-            names = ", ".join(missing) if missing else "none missing by address"
-            raise RlboxError(
-                f"cluster not ready ({why}): {have}/{total} NPUs from {len(alive)}/{len(expected)} nodes; "
-                f"never joined: {names}"
-            )
-        time.sleep(poll)
+        deadline = time.monotonic() + timeout
+        last_seen: list[RayNode] = []
+        last_report = None
+        while True:
+            try:
+                last_seen = nodes(base, session=session)
+            except (requests.RequestException, KeyError, ValueError):
+                pass  # dashboard not up yet
+            alive = [n for n in last_seen if n.alive]
+            have = sum(n.npus for n in alive)
+            if progress and (len(alive), have) != last_report:
+                progress(len(alive), have, total)
+                last_report = (len(alive), have)
+            if have >= total and len(alive) >= len(expected):
+                return alive
+            problem = alive_check() if alive_check else None
+            if problem or time.monotonic() >= deadline:
+                joined = {n.ip for n in alive}
+                missing = [label for label, addr in expected.items() if addr not in joined]
+                why = problem or f"timed out after {timeout:.0f} s"
+                names = ", ".join(missing) if missing else "none missing by address"
+                raise RlboxError(
+                    f"cluster not ready ({why}): {have}/{total} NPUs from {len(alive)}/{len(expected)} nodes; "
+                    f"never joined: {names}"
+                )
+            time.sleep(poll)

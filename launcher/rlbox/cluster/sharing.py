@@ -272,18 +272,14 @@ def claim(plan, nodes, which: list[tuple[int, str, str]] | None = None) -> int:
 _WHOLE, _ONE = re.compile(r"every NPU of (.+)"), re.compile(r"NPU ([0-9]+) of (.+)")
 
 
-def _npus_of(what: str) -> tuple[str, bool] | None:
-    """(host, whole) of a claim holding NPUs, from what it holds; None for any other claim."""
+def _npus_of(what: str) -> tuple[str, bool, int | None] | None:
+    """(host, whole, NPU id: None for a whole host) of a claim holding NPUs, from what it holds; None for
+    any other claim."""
     m = _WHOLE.fullmatch(what)
     if m:
-        return m.group(1), True
+        return m.group(1), True, None
     m = _ONE.fullmatch(what)
-    return (m.group(2), False) if m else None
-
-
-def _npu_id(what: str) -> int | None:
-    m = _ONE.fullmatch(what)
-    return int(m.group(1)) if m else None
+    return (m.group(2), False, int(m.group(1))) if m else None
 
 
 def _crossed(plan, nodes, which: list[tuple[int, str, str]]) -> RlboxError | None:
@@ -297,7 +293,7 @@ def _crossed(plan, nodes, which: list[tuple[int, str, str]]) -> RlboxError | Non
         if held:
             where = scope(plan, nodes[index].host)
             name, whole, ids = mine.get(where, (held[0], False, frozenset()))
-            mine[where] = (name, whole or held[1], ids | {_npu_id(what)} - {None})
+            mine[where] = (name, whole or held[1], ids if held[1] else ids | {held[2]})
     if not mine:
         return None
     for box in nodes[which[0][0]].client.api.containers(all=True, filters={"label": LABEL_CLAIM}):
@@ -311,8 +307,8 @@ def _crossed(plan, nodes, which: list[tuple[int, str, str]]) -> RlboxError | Non
         if where not in mine:
             continue
         name, whole, ids = mine[where]
-        if whole or theirs[1] or (older and _npu_id(what) in ids):
-            in_my_words = ("every NPU of " if theirs[1] else f"NPU {_npu_id(what)} of ") + name
+        if whole or theirs[1] or (older and theirs[2] in ids):
+            in_my_words = ("every NPU of " if theirs[1] else f"NPU {theirs[2]} of ") + name
             return _held(plan, in_my_words, labels)
     return None
 
@@ -321,7 +317,7 @@ def _held(plan, what: str, holder: dict[str, str]) -> RlboxError:
     """The refusal of a claim on ``what``, held by the run of ``holder`` (its claim's labels)."""
     mine, theirs = _npus_of(what), _npus_of(holder.get(LABEL_CLAIM_WHAT, ""))
     if mine and theirs and holder.get(LABEL_CLAIM_ID) == plan.run_id and mine[0] != theirs[0]:
-        first, second = sorted((theirs[0], mine[0]))  # whichever of the two claimed first
+        first, second = sorted((theirs[0], mine[0]))  # sorted: which of the two claims first is a race
         return RlboxError(f"hosts {first} and {second} are one machine (one engine answers both): list each machine once")
     if mine and theirs and mine[0] != theirs[0]:
         what = f"{what} (as {theirs[0]})"  # the holder's run calls the machine so

@@ -186,10 +186,10 @@ address() {  # this NPU's address and netmask from hccn.conf (read only by the q
   fault "noip $i" && addr= mask=
   return 0
 }
-case $what in -ip|-ping) address ;; esac
 case $what in
   -link) if fault "link $i DOWN"; then echo "link status: DOWN"; else echo "link status: UP"; fi ;;
-  -ip) [ -n "$addr" ] || { echo "Get ip failed, ret:-2" >&2; exit 1; }
+  -ip) address
+       [ -n "$addr" ] || { echo "Get ip failed, ret:-2" >&2; exit 1; }
        echo "ipaddr:$addr"; echo "netmask:$mask" ;;
   -net_health) s=
        if [ -f "$faults" ]; then
@@ -198,7 +198,7 @@ case $what in
          done <"$faults"
        fi
        echo "net health status: ${s:-Success}" ;;
-  -ping) peer=${6:-}
+  -ping) address; peer=${6:-}
        if fault "link $i DOWN" || fault "unreachable $peer" || [ -z "$addr" ]; then
          for n in 0 1 2; do echo "recv time out seq=$n"; done
          echo "3 packets transmitted, 0 received, 100.00% packet loss"
