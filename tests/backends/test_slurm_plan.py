@@ -116,16 +116,19 @@ def test_queue_answers(line, answer):
     assert str(e.value) == answer
 
 
-@pytest.mark.parametrize("state, answer", [
-    ("RUNNING\n", None),
-    ("TIMEOUT\n", "slurm: job 7: Slurm's time limit (--time 1) ended the allocation; the run is torn down"),
-    ("CANCELLED\n", "slurm: job 7: the allocation was cancelled (scancel); the run is torn down"),
-    ("NODE_FAIL\n", "slurm: job 7: a node of the allocation failed; the run is torn down"),
-    ("", "slurm: job 7: the allocation is gone from the queue; the run is torn down"),
-    ("COMPLETING\n", "slurm: job 7: the allocation is COMPLETING; the run is torn down"),
+@pytest.mark.parametrize("state, completing_for, answer", [
+    ("RUNNING\n", 0.0, None),
+    ("TIMEOUT\n", 0.0, "slurm: job 7: Slurm's time limit (--time 1) ended the allocation; the run is torn down"),
+    ("CANCELLED\n", 0.0, "slurm: job 7: the allocation was cancelled (scancel); the run is torn down"),
+    ("NODE_FAIL\n", 0.0, "slurm: job 7: a node of the allocation failed; the run is torn down"),
+    ("", 0.0, "slurm: job 7: the allocation is gone from the queue; the run is torn down"),
+    # Slurm's time limit shows COMPLETING first, then TIMEOUT: the final state is waited for, a while
+    ("COMPLETING\n", 0.0, None),
+    ("COMPLETING\n", sp.COMPLETING_WAIT - 1, None),
+    ("COMPLETING\n", sp.COMPLETING_WAIT, "slurm: job 7: the allocation is COMPLETING; the run is torn down"),
 ])
-def test_allocation_end(state, answer):
-    assert sp.judge_ended(state, _plan(time="1"), "7") == answer
+def test_allocation_end(state, completing_for, answer):
+    assert sp.judge_ended(state, _plan(time="1"), "7", completing_for) == answer
 
 
 @pytest.mark.parametrize("sinfo, answer", [

@@ -146,10 +146,14 @@ class Watch(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
+        completing_since: float | None = None  # when squeue first said COMPLETING (sp.COMPLETING_WAIT)
         while not self.done.wait(POLL):
             try:
                 rc, out, err = self.slurm.run(["squeue", "-h", "-t", "all", "-j", self.job, "-o", "%T"], timeout=10)
-                line = sp.judge_ended(out if rc == 0 else "", self.plan, self.job) if rc == 0 or "Invalid job id" in err else None
+                if rc == 0 and out.strip().startswith("COMPLETING"):
+                    completing_since = completing_since or time.monotonic()
+                waited = time.monotonic() - completing_since if completing_since else 0.0
+                line = sp.judge_ended(out if rc == 0 else "", self.plan, self.job, waited) if rc == 0 or "Invalid job id" in err else None
                 if line is None:
                     rc, out, _ = self.slurm.run(["sinfo", "-h", "-N", "-n", ",".join(self.names), "-o", "%N %T"], timeout=10)
                     line = sp.judge_nodes(out, self.names) if rc == 0 else None

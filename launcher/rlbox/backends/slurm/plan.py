@@ -193,10 +193,17 @@ def judge_queue(line: str, plan: SlurmPlan, job: str) -> tuple[str, str | None]:
     return "waiting", None
 
 
-def judge_ended(state: str, plan: SlurmPlan, job: str) -> str | None:
-    """While the run goes on: None while the allocation is RUNNING, else the line saying why it ended."""
+# An ending job shows as COMPLETING (squeue's %T puts that flag first: its processes killed, its epilog
+# run) before its final state, which says why it ended (TIMEOUT, CANCELLED, ...): seen at Slurm's time
+# limit in CI, where the line said "the allocation is COMPLETING". Its final state is waited for this long.
+COMPLETING_WAIT = 60.0
+
+
+def judge_ended(state: str, plan: SlurmPlan, job: str, completing_for: float) -> str | None:
+    """While the run goes on: None while the allocation is RUNNING, or COMPLETING for less than
+    COMPLETING_WAIT seconds (``completing_for``: since first seen so), else the line saying why it ended."""
     state = state.strip().split()[0] if state.strip() else "GONE"
-    if state == "RUNNING":
+    if state == "RUNNING" or (state == "COMPLETING" and completing_for < COMPLETING_WAIT):
         return None
     why = WHY_ENDED.get(state, f"the allocation is {state}" if state != "GONE" else "the allocation is gone from the queue")
     return f"slurm: job {job}: {why.format(time=plan.time)}; the run is torn down"
