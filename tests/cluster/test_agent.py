@@ -54,6 +54,25 @@ def test_it_starts_under_each_kind_of_login_shell(login):
         proc.wait(timeout=5)
 
 
+def test_it_says_the_host_kernel_s_boot_id_before_any_script(shell):
+    """Which machine's CPUs the host's containers share (ray_node.paced), read by the shell's own `read`."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    assert shell.machine() == boot
+    assert shell.run("echo after", timeout=10) == (0, "after\n") and shell.machine() == boot
+
+
+def test_a_host_without_a_boot_id_is_a_machine_not_known():
+    line = shlex.join(agent.argv(token := agent.new_token())).replace("/proc/sys/kernel/random/boot_id", "/nonexistent")
+    proc = subprocess.Popen(["bash", "-c", line], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        shell = agent.Agent(proc, token, "h1")
+        assert shell.machine() is None and shell.run("echo ok", timeout=10) == (0, "ok\n")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=5)
+
+
 def test_it_answers_on_descriptors_past_1023():
     """1,000 hosts hold ~4 descriptors each: select() cannot wait on one numbered past 1023."""
     import os

@@ -318,9 +318,12 @@ def test_the_gate_gives_each_go_once_per_start_as_ray_registers_workers():
     p = make(hosts=",".join(f"10.0.0.{i}" for i in range(1, 14)))  # workers 1..12; 9..12 gated
     api = _Api(fail={p.nodes[12].container.name})
     said = []
-    gate = Gate([(n, SimpleNamespace(client=SimpleNamespace(api=api))) for n in p.nodes], said.append)
+    heard = set(range(13)) - {10}
+    gate = Gate([(n, SimpleNamespace(client=SimpleNamespace(api=api))) for n in p.nodes], said.append, heard)
     assert gate.give(registered=0) == [] and api.sent == []
-    assert gate.give(registered=1) == [9, 10]
+    assert gate.give(registered=1) == [9]  # 10's script has not said its address yet: its trap may not be set
+    heard.add(10)
+    assert gate.give() == [10]
     assert gate.give() == [] and gate.give(registered=1) == []  # once
     gate.given.discard(9)  # its container started again: its script waits for a new go
     assert gate.give() == [9]
@@ -328,6 +331,35 @@ def test_the_gate_gives_each_go_once_per_start_as_ray_registers_workers():
     assert api.sent == [(p.nodes[i].container.name, "SIGUSR1") for i in (9, 10, 9, 11)]
     assert said == [f"{p.nodes[12].label}: cannot give it its go: No such container: {p.nodes[12].container.name}"]
 
+
+
+@pytest.mark.parametrize("machines, paced", [
+    (["a", "b", "c"], False),  # each node on a machine of its own: every worker at once
+    (["a"], False),
+    (["a", "b", "a"], True),  # two share one machine's CPUs (the testbed's hosts, one kernel)
+    (["a", None, "c"], True),  # one not known: as if shared
+    ([None], True),
+])
+def test_workers_are_paced_only_where_nodes_share_a_machine(machines, paced):
+    assert plan.paced(machines) is paced
+
+
+def test_on_machines_of_their_own_every_gated_worker_gets_its_go_at_the_first_give():
+    from types import SimpleNamespace
+
+    from rlbox.cluster import bringup
+
+    p = make(hosts=",".join(f"10.0.0.{i}" for i in range(1, 14)))  # workers 1..12; 9..12 gated
+    api = _Api()
+
+    def node(boot):
+        return SimpleNamespace(client=SimpleNamespace(api=api), machine=lambda: boot)
+
+    heard = set(range(13))
+    own = bringup.gate_for([(n, node(f"boot{i}")) for i, n in enumerate(p.nodes)], print, heard)
+    assert own.at_once and own.give(registered=-1) == [9, 10, 11, 12] and own.give() == []
+    shared = bringup.gate_for([(n, node("boot0" if i < 2 else f"boot{i}")) for i, n in enumerate(p.nodes)], print, heard)
+    assert not shared.at_once and shared.give(registered=0) == [] and shared.give(registered=1) == [9, 10]
 
 
 def test_the_bring_up_phases_say_each_phase_from_the_end_of_the_one_before():

@@ -422,7 +422,7 @@ def _cluster_of(boxes: dict, echo):
     from rlbox.cluster import execute
 
     engine = SimpleNamespace(containers=SimpleNamespace(get=lambda name: boxes[name]))
-    nodes = [SimpleNamespace(client=engine, close=lambda: None) for _ in boxes]
+    nodes = [SimpleNamespace(client=engine, close=lambda: None, machine=lambda: None) for _ in boxes]
     plan = SimpleNamespace(total_npus=32, nodes=[
         SimpleNamespace(index=i, label=f"node{i} (h{i})", role=role, container=SimpleNamespace(name=f"c{i}", ip=None),
                         host=SimpleNamespace(name=f"h{i}", address=f"10.0.0.{i + 1}"))

@@ -214,3 +214,21 @@ def test_a_host_with_fewer_devices_and_an_older_driver_is_named_by_doctor_and_do
     assert "rlbox-tbd" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "rlbox-tbd" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert state_dir not in open("/proc/self/mountinfo").read()
+
+
+def test_the_testbed_s_hosts_say_one_machine_over_ssh_so_their_workers_are_paced(testbed):
+    """Each host's tunnel shell says its kernel's boot id (agent.SHELL): the testbed's hosts share this
+    machine's kernel and CPUs, so a run on them paces its workers (ray_node.paced), as on a simulation."""
+    from pathlib import Path
+
+    from rlbox.cluster import hosts, ray_node, spec
+
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        here = f.read().strip()
+    nodes = hosts.connect_all(spec.from_file(Path(testbed.cluster_file)).hosts)
+    try:
+        machines = [node.machine() for node in nodes]
+    finally:
+        for node in nodes:
+            node.close()
+    assert machines == [here] * len(nodes) and ray_node.paced(machines)

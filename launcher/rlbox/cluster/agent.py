@@ -24,11 +24,13 @@ import subprocess
 import threading
 import time
 
-# $1: the token. Says "TOKEN ready" once, then for each script (its lines, then a line TOKEN):
-# runs it with no stdin, then prints a newline and "TOKEN STATUS". Fixed text: scripts are data read.
-# One line, no single quote: the user's login shell parses it first (csh and tcsh refuse a newline
+# $1: the token. Says "TOKEN ready BOOT_ID" once (the host kernel's boot id, read by the shell itself: which
+# machine's CPUs the host's containers share; empty when unreadable), then for each script (its lines, then
+# a line TOKEN): runs it with no stdin, then prints a newline and "TOKEN STATUS". Fixed text: scripts are data
+# read. One line, no single quote: the user's login shell parses it first (csh and tcsh refuse a newline
 # inside quotes). A script must not leave background jobs writing: their output would join the next answer.
-SHELL = ('tok=$1; nl=$(printf "\\n_"); nl=${nl%_}; printf "%s ready\\n" "$tok"; '
+SHELL = ('tok=$1; nl=$(printf "\\n_"); nl=${nl%_}; b=; read -r b 2>/dev/null </proc/sys/kernel/random/boot_id || b=; '
+         'printf "%s ready %s\\n" "$tok" "$b"; '
          'while :; do s=; while :; do IFS= read -r l || exit 0; [ "$l" = "$tok" ] && break; s="$s$l$nl"; done; '
          'sh -c "$s" </dev/null 2>&1; printf "\\n%s %s\\n" "$tok" "$?"; done')
 
@@ -51,6 +53,7 @@ class Agent:
         self.buffer = b""
         self.ready = False
         self.broken: str | None = None
+        self.boot_id: str | None = None  # the host kernel's boot id, as the shell said when it began ("": unreadable)
 
     def _read_until(self, mark: bytes, deadline: float, timeout: float) -> bytes:
         """Bytes up to and including ``mark``; the rest stays buffered."""
@@ -70,6 +73,25 @@ class Agent:
         out, self.buffer = self.buffer[:at], self.buffer[at:]
         return out
 
+    def _began(self, deadline: float, timeout: float) -> None:
+        """The shell's first line read (once): whatever the user's shell printed before it is dropped."""
+        if not self.ready:
+            self._read_until(self.token + b" ready ", deadline, timeout)
+            self.boot_id = self._read_until(b"\n", deadline, timeout).decode(errors="replace").strip()[:64]
+            self.ready = True
+
+    def machine(self, timeout: float = 10) -> str | None:
+        """The host kernel's boot id (None: unreadable there, or the shell not answering)."""
+        with self.lock:
+            if not self.ready and not self.broken:
+                try:
+                    self._began(time.monotonic() + timeout, timeout)
+                except BaseException as err:  # an interrupt too: the first line half read leaves it unusable
+                    self.broken = "the shell on the tunnel did not begin"
+                    if not isinstance(err, (subprocess.SubprocessError, OSError)):
+                        raise
+        return self.boot_id or None
+
     def run(self, script: str, timeout: float) -> tuple[int, str]:
         """(status, stdout and stderr) of ``script`` run by ``sh`` on the host."""
         with self.lock:
@@ -77,9 +99,7 @@ class Agent:
                 raise subprocess.SubprocessError(f"ssh {self.host}: {self.broken}")
             deadline = time.monotonic() + timeout
             try:
-                if not self.ready:  # whatever the user's shell printed before the agent began is dropped
-                    self._read_until(self.token + b" ready\n", deadline, timeout)
-                    self.ready = True
+                self._began(deadline, timeout)
                 self.proc.stdin.write(script.encode() + b"\n" + self.token + b"\n")
                 self.proc.stdin.flush()
                 out = self._read_until(b"\n" + self.token + b" ", deadline, timeout)

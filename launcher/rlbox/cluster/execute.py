@@ -127,7 +127,7 @@ class Cluster:
         looking = self.watcher()
         tries: dict[tuple[int, str | None], int] = {}  # by node and Ray's words
         last = [float("-inf")]
-        gate = self.gate = bringup.Gate(list(zip(self.plan.nodes, self.nodes)), self.echo)
+        gate = self.gate = bringup.gate_for(list(zip(self.plan.nodes, self.nodes)), self.echo, self.reported)
 
         def lost_node() -> None:  # one look at the engines a watch period, not one a poll of Ray's table
             now = time.monotonic()

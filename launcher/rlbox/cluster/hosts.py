@@ -29,6 +29,7 @@ from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
 DOCKER_SOCKET = "/var/run/docker.sock"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"  # one a running kernel (agent.SHELL reads it on a remote host)
 SSH_CONNECT_TIMEOUT = 10
 
 
@@ -150,6 +151,17 @@ class Node:
     def agent(self) -> Agent | None:
         """The shell on the engine tunnel's session (None: a local host)."""
         return next((t.agent for t in self.tunnels if t.agent is not None), None)
+
+    def machine(self) -> str | None:
+        """The boot id of the kernel this node's containers run on (None: not known). Nodes that share
+        one share a machine's CPUs: the local engine's nodes (a simulation), the testbed's hosts."""
+        if self.host.local:
+            try:
+                return Path(BOOT_ID).read_text().strip() or None
+            except OSError:
+                return None
+        shell = self.agent
+        return shell.machine() if shell is not None else None
 
     def dashboard(self, head: str, port: int, sim: bool) -> str:
         """The Ray dashboard of a cluster whose head is this node: a simulation publishes it

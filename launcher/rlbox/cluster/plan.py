@@ -18,7 +18,7 @@ from typing import Any
 
 from rlbox.cluster import sharing
 from rlbox.cluster.ray_node import (HEALTH_CHECK_ENV, NOSET_VISIBLE, START_FIRST, START_PER_REGISTERED,  # noqa: F401
-                                     VISIBLE, NpuPolicy, RayPorts, gated, ports_for, ray_start, released)
+                                     VISIBLE, NpuPolicy, RayPorts, gated, paced, ports_for, ray_start, released)
 from rlbox.cluster.spec import ClusterSpec, Host, Mount
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError

@@ -17,10 +17,19 @@ from rlbox.cluster import sharing
 # together timed out registering with the GCS (Ray's fixed 30 s: `raylet_start_wait_time_s` in
 # ray/_private/node.py, not configurable) 7 to 13 at a time; a fixed spread (worker k waited (k mod 16) x
 # 0.25 s) cured that at up to 3.75 s of every bring-up, whatever the head could take. Only a launcher
-# that watches Ray's node table gives the go (the hosts, simulated and Slurm backends; `gate` says
-# whether a plan's workers are gated at all).
+# that watches Ray's node table gives the go (the hosts, simulated and Slurm backends), and it gives
+# every gated worker its go at once when no two nodes share a machine (`paced`).
 START_FIRST = 8
 START_PER_REGISTERED = 2
+
+
+def paced(machines: list[str | None]) -> bool:
+    """Whether the gated workers start in turn (``released``) rather than at once: whenever nodes share
+    one machine's CPUs (the same kernel boot id: a simulation, the testbed's hosts), or a node's machine
+    is not known. Nodes each on a machine of their own start Ray at once, as a bare `ray start` on each
+    would: there no raylet is starved by the others, and the pacing would only cost them a worker's
+    start-up (one more for every doubling of the workers past 8)."""
+    return any(m is None for m in machines) or len(set(machines)) < len(machines)
 
 
 def gated(index: int) -> bool:
