@@ -48,7 +48,10 @@ def test_it_starts_under_each_kind_of_login_shell(login):
     proc = subprocess.Popen([login, "-c", shlex.join(agent.argv(token))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     try:
-        assert agent.Agent(proc, token, "h1").run("echo it\\'s; printf '%s\\n' \"$0\"", timeout=10) == (0, "it's\nsh\n")
+        shell = agent.Agent(proc, token, "h1")
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            assert shell.machine() == f.read().strip()  # its first line, as this login shell passed it on
+        assert shell.run("echo it\\'s; printf '%s\\n' \"$0\"", timeout=10) == (0, "it's\nsh\n")
     finally:
         proc.stdin.close()
         proc.wait(timeout=5)

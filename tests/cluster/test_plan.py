@@ -301,36 +301,43 @@ def test_workers_past_the_first_eight_wait_for_the_launcher_s_go_not_a_clock():
 
 
 class _Api:
-    def __init__(self, fail=()):
-        self.sent, self.fail = [], set(fail)
+    """An engine's API as the gate calls it: the go file written, then the signal (a stopped container refuses it)."""
 
-    def kill(self, name, signal):
+    def __init__(self, fail=(), stopped=()):
+        self.sent, self.written, self.fail, self.stopped = [], [], set(fail), set(stopped)
+
+    def put_archive(self, name, path, data):
+        import io
+        import tarfile
+
         if name in self.fail:
             raise RuntimeError("No such container: " + name)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            self.written.append((name, [f"{path}/{m.name}" for m in tar.getmembers()]))
+
+    def kill(self, name, signal):
+        if name in self.stopped:
+            raise RuntimeError(f"Container {name} is not running")
         self.sent.append((name, signal))
 
 
-def test_the_gate_gives_each_go_once_per_start_as_ray_registers_workers():
+def test_the_gate_gives_each_go_once_as_ray_registers_workers():
     from types import SimpleNamespace
 
     from rlbox.cluster.bringup import Gate
 
     p = make(hosts=",".join(f"10.0.0.{i}" for i in range(1, 14)))  # workers 1..12; 9..12 gated
-    api = _Api(fail={p.nodes[12].container.name})
+    api = _Api(fail={p.nodes[12].container.name}, stopped={p.nodes[10].container.name})
     said = []
-    heard = set(range(13)) - {10}
-    gate = Gate([(n, SimpleNamespace(client=SimpleNamespace(api=api))) for n in p.nodes], said.append, heard)
-    assert gate.give(registered=0) == [] and api.sent == []
-    assert gate.give(registered=1) == [9]  # 10's script has not said its address yet: its trap may not be set
-    heard.add(10)
-    assert gate.give() == [10]
+    gate = Gate([(n, SimpleNamespace(client=SimpleNamespace(api=api))) for n in p.nodes], said.append)
+    assert gate.give(registered=0) == [] and api.sent == [] and api.written == []
+    assert gate.give(registered=1) == [9, 10]  # 10 is stopped: its go file is written, the signal refused
     assert gate.give() == [] and gate.give(registered=1) == []  # once
-    gate.given.discard(9)  # its container started again: its script waits for a new go
-    assert gate.give() == [9]
     assert gate.give(registered=3) == [11]  # 12's container is gone: said, not raised
-    assert api.sent == [(p.nodes[i].container.name, "SIGUSR1") for i in (9, 10, 9, 11)]
+    assert api.written == [(p.nodes[i].container.name, [plan.GO_FILE]) for i in (9, 10, 11)]
+    assert api.sent == [(p.nodes[i].container.name, "SIGUSR1") for i in (9, 11)]
     assert said == [f"{p.nodes[12].label}: cannot give it its go: No such container: {p.nodes[12].container.name}"]
-
+    assert plan.GO_FILE in plan.NODE_SCRIPT  # what the node script looks for
 
 
 @pytest.mark.parametrize("machines, paced", [
@@ -355,11 +362,18 @@ def test_on_machines_of_their_own_every_gated_worker_gets_its_go_at_the_first_gi
     def node(boot):
         return SimpleNamespace(client=SimpleNamespace(api=api), machine=lambda: boot)
 
-    heard = set(range(13))
-    own = bringup.gate_for([(n, node(f"boot{i}")) for i, n in enumerate(p.nodes)], print, heard)
+    own = bringup.gate_for([(n, node(f"boot{i}")) for i, n in enumerate(p.nodes)], print)
     assert own.at_once and own.give(registered=-1) == [9, 10, 11, 12] and own.give() == []
-    shared = bringup.gate_for([(n, node("boot0" if i < 2 else f"boot{i}")) for i, n in enumerate(p.nodes)], print, heard)
+    shared = bringup.gate_for([(n, node("boot0" if i < 2 else f"boot{i}")) for i, n in enumerate(p.nodes)], print)
     assert not shared.at_once and shared.give(registered=0) == [] and shared.give(registered=1) == [9, 10]
+
+
+def test_local_nodes_share_this_machine_so_a_simulation_is_paced():
+    from rlbox.cluster.hosts import Node
+    from rlbox.cluster.spec import Host
+
+    machines = [Node(Host(f"sim{i}", transport="local"), client=None).machine() for i in range(3)]
+    assert machines[0] and len(set(machines)) == 1 and plan.paced(machines)
 
 
 def test_the_bring_up_phases_say_each_phase_from_the_end_of_the_one_before():

@@ -67,7 +67,11 @@ def _listener():
 
 
 def _worker(gcs_port: int, raylet_port: int, **env) -> subprocess.Popen:
-    """The node script as a worker of a head on this machine, its `ray start` an echo of its arguments."""
+    """The node script as a worker of a head on this machine, its `ray start` an echo of its arguments; its go
+    file (RLBOX_GO_FILE, in a container GO_FILE) one of its own, not there unless a test writes it."""
+    import tempfile
+
+    env.setdefault("RLBOX_GO_FILE", os.path.join(tempfile.mkdtemp(prefix="rlbox-go-"), "go"))
     return subprocess.Popen(["bash", "-c", NODE_SCRIPT, "rlbox-node", "worker", "127.0.0.1", str(gcs_port),
                              "echo", "ray-started", f"--node-manager-port={raylet_port}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env))
@@ -135,6 +139,18 @@ def test_a_gated_worker_whose_go_came_before_it_waited_starts():
         out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert out.splitlines()[-1].startswith("ray-started --node-manager-port=")
+
+
+def test_a_gated_worker_whose_go_signal_was_lost_starts_on_its_go_file(tmp_path):
+    """A go signalled before the script set its trap is lost (bash as a container's first process ignores it):
+    the go file the launcher wrote with it is seen within the second, and stays for a start after a restart."""
+    go = tmp_path / "go"
+    go.write_text("")
+    with _head_and_worker(RLBOX_GATED="1", RLBOX_GO_FILE=str(go)) as (proc, _, raylet, _, _):
+        raylet.listen()
+        out, err = proc.communicate(timeout=20)  # no signal at all
+    assert proc.returncode == 0, err
+    assert "waiting for the launcher's go" in out and out.splitlines()[-1].startswith("ray-started --node-manager-port=")
 
 
 def test_a_gated_worker_waits_for_the_go_before_it_polls_the_head():

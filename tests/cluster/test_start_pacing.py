@@ -1,7 +1,7 @@
 """The workers' start pacing on real containers (ray_node.paced, bringup.Gate): simulated nodes share this
 machine's kernel, so a simulation is paced; here each node is made to report a machine of its own (the one
-fact the launcher reads, Node.machine), and the gated workers must then get their go as soon as their node
-script has said where it starts Ray, and join."""
+fact the launcher reads, Node.machine), and the gated workers must then get their go at the launcher's first
+poll of Ray's table, before any worker has registered, and join."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def _bring_up(tmp_path, sim_image, name: str, machine):
     gates: list[bringup.Gate] = []
     made = bringup.gate_for
 
-    def gate_for(nodes, echo, heard):  # the gate the run makes, each go recorded with how many workers Ray had then
-        gate = made(nodes, echo, heard)
+    def gate_for(nodes, echo):  # the gate the run makes, each go recorded with how many workers Ray had then
+        gate = made(nodes, echo)
         give, gate.when = gate.give, {}
 
         def recorded(registered=None):

@@ -88,7 +88,7 @@ class Agent:
                     self._began(time.monotonic() + timeout, timeout)
                 except BaseException as err:  # an interrupt too: the first line half read leaves it unusable
                     self.broken = "the shell on the tunnel did not begin"
-                    if not isinstance(err, (subprocess.SubprocessError, OSError)):
+                    if isinstance(err, (KeyboardInterrupt, SystemExit)):
                         raise
         return self.boot_id or None
 

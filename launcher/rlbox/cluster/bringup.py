@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from rlbox.cluster.hosts import Node, on_every
 from rlbox.cluster.plan import NodePlan, RunPlan
-from rlbox.cluster.ray_node import gated, paced, released
+from rlbox.cluster.ray_node import GO_FILE, gated, go_archive, paced, released
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
@@ -39,18 +39,17 @@ def start_error(node: NodePlan, err: Exception) -> RlboxError:
 
 @dataclass
 class Gate:
-    """The go of each gated worker: a SIGUSR1 to its container, once Ray's node table holds enough of
-    the workers before it (ray_node.released), or at once when no two nodes share a machine
-    (``at_once``, ray_node.paced); once per start of its container (``given``), and only once its node
-    script has said where it starts Ray (``heard``: the line comes after the script set its trap for the
-    go; a go sent before would be lost, and the worker would wait for ever)."""
+    """The go of each gated worker, once Ray's node table holds enough of the workers before it
+    (ray_node.released), or at once when no two nodes share a machine (``at_once``, ray_node.paced);
+    once per start of its container (``given``). The go is GO_FILE written into the container, which
+    stays whenever it came (before the node script set its trap, or while the container was stopped),
+    and a SIGUSR1 that ends the script's wait at once."""
 
     nodes: list[tuple[NodePlan, Node]]
     echo: Callable[[str], None]
-    heard: set[int]  # the nodes whose address line was read (execute.Cluster.reported, filled as it is read)
     registered: int = 0
     given: set[int] = field(default_factory=set)
-    at_once: bool = False  # no two nodes on one machine (ray_node.paced): every go as soon as it is heard
+    at_once: bool = False  # no two nodes on one machine (ray_node.paced): every go at the first give
 
     def give(self, registered: int | None = None) -> list[int]:
         """Give the go to every gated worker that may start now; the indexes it was given to."""
@@ -59,20 +58,26 @@ class Gate:
         upto, now = len(self.nodes) if self.at_once else released(self.registered), []
         for node_plan, node in self.nodes:
             i = node_plan.index
-            if not gated(i) or i > upto or i in self.given or i not in self.heard:
+            if not gated(i) or i > upto or i in self.given:
                 continue
             self.given.add(i)
+            name = node_plan.container.name
             try:
-                node.client.api.kill(node_plan.container.name, signal="SIGUSR1")
-                now.append(i)
+                node.client.api.put_archive(name, GO_FILE.rsplit("/", 1)[0], go_archive())
             except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names that
                 self.echo(f"{node_plan.label}: cannot give it its go: {engine.reason(err)}")
+                continue
+            now.append(i)
+            try:
+                node.client.api.kill(name, signal="SIGUSR1")
+            except Exception:  # noqa: BLE001 - stopped meanwhile: the file is its go when it starts again
+                pass
         return now
 
 
-def gate_for(nodes: list[tuple[NodePlan, Node]], echo: Callable[[str], None], heard: set[int]) -> Gate:
+def gate_for(nodes: list[tuple[NodePlan, Node]], echo: Callable[[str], None]) -> Gate:
     """A bring-up's gate: every go at once when no two nodes share a machine (ray_node.paced)."""
-    return Gate(nodes, echo, heard, at_once=not paced([node.machine() for _, node in nodes]))
+    return Gate(nodes, echo, at_once=not paced([node.machine() for _, node in nodes]))
 
 
 @dataclass

@@ -35,7 +35,6 @@ class Cluster:
     dashboard: str | None = None
     addresses: dict[int, str] = field(default_factory=dict)  # node index -> address, once started
     reported: set[int] = field(default_factory=set)  # nodes whose address is the one they reported
-    gate: bringup.Gate | None = None  # the gated workers' go, while Ray's node table is watched
     phases: bringup.Phases = field(default_factory=bringup.Phases)  # where the bring-up's seconds went
     _torn_down: bool = field(default=False, repr=False)
 
@@ -127,14 +126,14 @@ class Cluster:
         looking = self.watcher()
         tries: dict[tuple[int, str | None], int] = {}  # by node and Ray's words
         last = [float("-inf")]
-        gate = self.gate = bringup.gate_for(list(zip(self.plan.nodes, self.nodes)), self.echo, self.reported)
+        gate = bringup.gate_for(list(zip(self.plan.nodes, self.nodes)), self.echo)
 
         def lost_node() -> None:  # one look at the engines a watch period, not one a poll of Ray's table
             now = time.monotonic()
             if now - last[0] < looking.every:
                 return
             last[0] = now
-            gate.give()  # before a restart below: a started container gets its go a look later (its trap set)
+            gate.give()  # the workers Ray's table now lets start (one started again below keeps its go file)
             boxes = looking.boxes()
             for i, (node, box) in enumerate(zip(looking.expected, boxes)):
                 why = watch.gave_up(box)
@@ -168,8 +167,6 @@ class Cluster:
         """Start a worker's exited container again (Ray's start-up gave up: ``why``, watch.gave_up, as
         its engine said in ``box``); what its engine then says of it."""
         node_plan, node = self.plan.nodes[index], self.nodes[index]
-        if self.gate is not None:  # started again, its node script waits for a new go
-            self.gate.given.discard(node_plan.index)
         self.echo(f"{node_plan.label}: Ray's start-up gave up ({watch.said_when_gave_up(why, box)}); "
                   f"starting it again ({attempt}/{watch.budget(why)})")
         try:

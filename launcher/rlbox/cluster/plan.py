@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlbox.cluster import sharing
-from rlbox.cluster.ray_node import (HEALTH_CHECK_ENV, NOSET_VISIBLE, START_FIRST, START_PER_REGISTERED,  # noqa: F401
+from rlbox.cluster.ray_node import (GO_FILE, HEALTH_CHECK_ENV, NOSET_VISIBLE, START_FIRST, START_PER_REGISTERED,  # noqa: F401
                                      VISIBLE, NpuPolicy, RayPorts, gated, paced, ports_for, ray_start, released)
 from rlbox.cluster.spec import ClusterSpec, Host, Mount
 from rlbox.core import engine
@@ -85,7 +85,9 @@ echo "rlbox-node: $role on $ip ($nic), head $head:$port"
 if [ "$role" = worker ]; then
   if [ "${RLBOX_GATED:-0}" = 1 ]; then  # until the launcher's go: Ray has registered workers before it
     echo "rlbox-node: waiting for the launcher's go (Ray registers the workers before this one first)"
-    until [ -n "$go" ]; do sleep 1 & wait $! || true; done  # the signal ends the wait at once
+    # the go is a file the launcher writes (it stays, whenever it came) and a signal that ends the wait at
+    # once (lost when it came before the trap was set: the file is then seen within the second)
+    until [ -n "$go" ] || [ -e "${RLBOX_GO_FILE:-/tmp/rlbox-go}" ]; do sleep 1 & wait $! || true; done
     [ -z "${!:-}" ] || kill "$!" 2>/dev/null || true  # no sleep at all when the go came first (set -u)
   fi
   # the head's GCS: a worker started before it answers gives up; once it answers, `ray start` waits (Ray's

@@ -11,7 +11,7 @@ from rlbox.cluster import sharing
 
 # Workers do not all call `ray start` in the same instant once the head is up, and none waits on a
 # clock: workers 1..START_FIRST go as soon as the head's GCS answers; worker k past them is gated (its
-# node script waits for the launcher's go, a SIGUSR1 to its container) until Ray's node table holds
+# node script waits for the launcher's go, GO_FILE written into its container and a SIGUSR1) until Ray's node table holds
 # enough of the workers before it (`released`): the GCS's own answers pace them, a slow head takes them
 # slowly, a quick one at once. Why any pacing: on 16 testbed hosts sharing 2 cores, 15 raylets started
 # together timed out registering with the GCS (Ray's fixed 30 s: `raylet_start_wait_time_s` in
@@ -30,6 +30,20 @@ def paced(machines: list[str | None]) -> bool:
     would: there no raylet is starved by the others, and the pacing would only cost them a worker's
     start-up (one more for every doubling of the workers past 8)."""
     return any(m is None for m in machines) or len(set(machines)) < len(machines)
+
+
+GO_FILE = "/tmp/rlbox-go"  # a gated worker's go, written into its container (NODE_SCRIPT looks for it)
+
+
+def go_archive() -> bytes:
+    """GO_FILE as the tar the engine's archive API writes into a container (`docker cp`'s call)."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        tar.addfile(tarfile.TarInfo(GO_FILE.rsplit("/", 1)[1]), io.BytesIO(b""))
+    return out.getvalue()
 
 
 def gated(index: int) -> bool:
