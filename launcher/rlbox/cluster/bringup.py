@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from rlbox.cluster.hosts import Node, on_every
 from rlbox.cluster.plan import NodePlan, RunPlan
 from rlbox.cluster.ray_node import GO_FILE, gated, go_archive, paced, released
+from rlbox.cluster.watch import reported_address
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
@@ -52,27 +53,48 @@ class Gate:
     at_once: bool = False  # no two nodes on one machine (ray_node.paced): every go at the first give
 
     def give(self, registered: int | None = None) -> list[int]:
-        """Give the go to every gated worker that may start now; the indexes it was given to."""
+        """Give the go to every gated worker that may start now, all at once (on_every: one after another,
+        at once on 1,000 nodes would be ~2,000 engine calls over ssh in turn); the indexes it was given to."""
         if registered is not None:
             self.registered = max(0, registered)
-        upto, now = len(self.nodes) if self.at_once else released(self.registered), []
-        for node_plan, node in self.nodes:
-            i = node_plan.index
-            if not gated(i) or i > upto or i in self.given:
-                continue
-            self.given.add(i)
-            name = node_plan.container.name
-            try:
-                node.client.api.put_archive(name, GO_FILE.rsplit("/", 1)[0], go_archive())
-            except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names that
-                self.echo(f"{node_plan.label}: cannot give it its go: {engine.reason(err)}")
-                continue
-            now.append(i)
-            try:
-                node.client.api.kill(name, signal="SIGUSR1")
-            except Exception:  # noqa: BLE001 - stopped meanwhile: the file is its go when it starts again
-                pass
+        upto = len(self.nodes) if self.at_once else released(self.registered)
+        todo = [(p, n) for p, n in self.nodes if gated(p.index) and p.index <= upto and p.index not in self.given]
+        if not todo:
+            return []
+        self.given.update(p.index for p, _ in todo)
+        now = []
+        for (node_plan, _), why in zip(todo, on_every(_go, todo)[0]):
+            if why is None:
+                now.append(node_plan.index)
+            else:
+                self.echo(f"{node_plan.label}: cannot give it its go: {why}")
         return now
+
+
+def _go(pair: tuple[NodePlan, Node]) -> str | None:
+    """One worker's go (GO_FILE, then the signal); why it could not be given (None: given)."""
+    node_plan, node = pair
+    name = node_plan.container.name
+    try:
+        node.client.api.put_archive(name, GO_FILE.rsplit("/", 1)[0], go_archive())
+    except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names that
+        return engine.reason(err)
+    try:
+        node.client.api.kill(name, signal="SIGUSR1")
+    except Exception:  # noqa: BLE001 - stopped meanwhile: the file is its go when it starts again
+        pass
+    return None
+
+
+def said_address(pair: tuple[NodePlan, Node]) -> str | None:
+    """The address a node's script said it starts Ray on, from its container's output (None: not said yet,
+    or not read: the container not there yet or gone, which the watch names)."""
+    node_plan, node = pair
+    try:
+        text = node.client.containers.get(node_plan.container.name).logs().decode(errors="replace")
+    except Exception:  # noqa: BLE001
+        return None
+    return reported_address(text)
 
 
 def gate_for(nodes: list[tuple[NodePlan, Node]], echo: Callable[[str], None]) -> Gate:

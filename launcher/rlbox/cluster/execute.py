@@ -107,15 +107,9 @@ class Cluster:
 
     def learn_addresses(self) -> None:
         """The address each node said it starts Ray on (its first output line): Ray's node table
-        carries it, not the host's name."""
-        for node_plan, node in zip(self.plan.nodes, self.nodes):
-            if node_plan.index in self.reported:
-                continue
-            try:
-                text = node.client.containers.get(node_plan.container.name).logs().decode(errors="replace")
-            except Exception:  # noqa: BLE001 - not there yet, or gone: the watch names that
-                continue
-            address = watch.reported_address(text)
+        carries it, not the host's name. The nodes not heard from yet are read at once (on_every)."""
+        todo = [(p, n) for p, n in zip(self.plan.nodes, self.nodes) if p.index not in self.reported]
+        for (node_plan, _), address in zip(todo, on_every(bringup.said_address, todo)[0] if todo else ()):
             if address:  # what the node says wins over what its engine gave (the same on a simulation)
                 self.addresses[node_plan.index] = address
                 self.reported.add(node_plan.index)
