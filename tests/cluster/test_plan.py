@@ -303,20 +303,20 @@ def test_workers_past_the_first_eight_wait_for_the_launcher_s_go_not_a_clock():
 class _Api:
     """An engine's API as the gate calls it: the go file written, then the signal (a stopped container refuses it)."""
 
-    def __init__(self, fail=(), stopped=()):
-        self.sent, self.written, self.fail, self.stopped = [], [], set(fail), set(stopped)
+    def __init__(self, fail=(), stopped=(), unwritable=()):
+        self.sent, self.written, self.fail, self.stopped, self.unwritable = [], [], set(fail), set(stopped), set(unwritable)
 
     def put_archive(self, name, path, data):
         import io
         import tarfile
 
-        if name in self.fail:
+        if name in self.fail or name in self.unwritable:
             raise RuntimeError("No such container: " + name)
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             self.written.append((name, [f"{path}/{m.name}" for m in tar.getmembers()]))
 
     def kill(self, name, signal):
-        if name in self.stopped:
+        if name in self.stopped or name in self.fail:
             raise RuntimeError(f"Container {name} is not running")
         self.sent.append((name, signal))
 
@@ -327,17 +327,19 @@ def test_the_gate_gives_each_go_once_as_ray_registers_workers():
     from rlbox.cluster.bringup import Gate
 
     p = make(hosts=",".join(f"10.0.0.{i}" for i in range(1, 14)))  # workers 1..12; 9..12 gated
-    api = _Api(fail={p.nodes[12].container.name}, stopped={p.nodes[10].container.name})
+    api = _Api(fail={p.nodes[12].container.name}, stopped={p.nodes[10].container.name}, unwritable={p.nodes[11].container.name})
     said = []
     gate = Gate([(n, SimpleNamespace(client=SimpleNamespace(api=api))) for n in p.nodes], said.append)
     assert gate.give(registered=0) == [] and api.sent == [] and api.written == []
     assert gate.give(registered=1) == [9, 10]  # 10 is stopped: its go file is written, the signal refused
     assert gate.give() == [] and gate.give(registered=1) == []  # once
-    assert gate.give(registered=3) == [11]  # 12's container is gone: said, not raised
-    assert sorted(api.written) == sorted((p.nodes[i].container.name, [plan.GO_FILE]) for i in (9, 10, 11))  # any order
+    assert gate.give(registered=3) == [11]  # 11's file could not be written, its signal went; 12 is gone: said, not raised
+    go = {i: dict(p.nodes[i].container.env)["RLBOX_GO_FILE"] for i in (9, 10, 11, 12)}  # its own: run id and node
+    assert go[9] == f"/tmp/rlbox-go-{p.run_id}-9" and len(set(go.values())) == 4
+    assert sorted(api.written) == sorted((p.nodes[i].container.name, [go[i]]) for i in (9, 10))  # any order
     assert sorted(api.sent) == sorted((p.nodes[i].container.name, "SIGUSR1") for i in (9, 11))
     assert said == [f"{p.nodes[12].label}: cannot give it its go: No such container: {p.nodes[12].container.name}"]
-    assert plan.GO_FILE in plan.NODE_SCRIPT  # what the node script looks for
+    assert '[ -e "${RLBOX_GO_FILE:-}" ]' in plan.NODE_SCRIPT  # what the node script looks for
 
 
 @pytest.mark.parametrize("machines, paced", [

@@ -67,11 +67,7 @@ def _listener():
 
 
 def _worker(gcs_port: int, raylet_port: int, **env) -> subprocess.Popen:
-    """The node script as a worker of a head on this machine, its `ray start` an echo of its arguments; its go
-    file (RLBOX_GO_FILE, in a container GO_FILE) one of its own, not there unless a test writes it."""
-    import tempfile
-
-    env.setdefault("RLBOX_GO_FILE", os.path.join(tempfile.mkdtemp(prefix="rlbox-go-"), "go"))
+    """The node script as a worker of a head on this machine, its `ray start` an echo of its arguments."""
     return subprocess.Popen(["bash", "-c", NODE_SCRIPT, "rlbox-node", "worker", "127.0.0.1", str(gcs_port),
                              "echo", "ray-started", f"--node-manager-port={raylet_port}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env))
@@ -81,17 +77,21 @@ def _worker(gcs_port: int, raylet_port: int, **env) -> subprocess.Popen:
 def _head_and_worker(listening: bool = True, **env):
     """A head's GCS and raylet sockets (bound; the GCS listening unless not ``listening``: a head still
     booting) and the node script as its worker, all ended after the block."""
+    import tempfile
+
     gcs, gcs_port = _listener()
     raylet, raylet_port = _listener()
     if listening:
         gcs.listen()
-    proc = _worker(gcs_port, raylet_port, **env)
-    try:
-        yield proc, gcs, raylet, gcs_port, raylet_port
-    finally:
-        proc.kill()
-        gcs.close()
-        raylet.close()
+    with tempfile.TemporaryDirectory(prefix="rlbox-go-") as folder:  # its go file, not there unless a test writes it
+        proc = _worker(gcs_port, raylet_port, **{"RLBOX_GO_FILE": f"{folder}/go", **env})
+        try:
+            yield proc, gcs, raylet, gcs_port, raylet_port
+        finally:
+            proc.kill()
+            proc.wait()
+            gcs.close()
+            raylet.close()
 
 
 def test_a_worker_starts_ray_once_the_head_s_gcs_listens_not_before():

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from rlbox.cluster.hosts import Node, on_every
 from rlbox.cluster.plan import NodePlan, RunPlan
-from rlbox.cluster.ray_node import GO_FILE, gated, go_archive, paced, released
+from rlbox.cluster.ray_node import GO_DIR, gated, go_archive, paced, released
 from rlbox.cluster.watch import reported_address
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -42,9 +42,9 @@ def start_error(node: NodePlan, err: Exception) -> RlboxError:
 class Gate:
     """The go of each gated worker, once Ray's node table holds enough of the workers before it
     (ray_node.released), or at once when no two nodes share a machine (``at_once``, ray_node.paced);
-    once per start of its container (``given``). The go is GO_FILE written into the container, which
-    stays whenever it came (before the node script set its trap, or while the container was stopped),
-    and a SIGUSR1 that ends the script's wait at once."""
+    once a bring-up (``given``). The go is the worker's go file (ray_node.go_file, its RLBOX_GO_FILE)
+    written into the container, which stays whenever it came (before the node script set its trap, or
+    while the container was stopped: a start again finds it), and a SIGUSR1 that ends the wait at once."""
 
     nodes: list[tuple[NodePlan, Node]]
     echo: Callable[[str], None]
@@ -72,17 +72,19 @@ class Gate:
 
 
 def _go(pair: tuple[NodePlan, Node]) -> str | None:
-    """One worker's go (GO_FILE, then the signal); why it could not be given (None: given)."""
+    """One worker's go: its go file, then the signal (either alone is a go); why neither could be given
+    (None: given)."""
     node_plan, node = pair
-    name = node_plan.container.name
+    name, path = node_plan.container.name, dict(node_plan.container.env)["RLBOX_GO_FILE"]
+    why = None
     try:
-        node.client.api.put_archive(name, GO_FILE.rsplit("/", 1)[0], go_archive())
+        node.client.api.put_archive(name, GO_DIR, go_archive(path))
     except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names that
-        return engine.reason(err)
+        why = engine.reason(err)
     try:
         node.client.api.kill(name, signal="SIGUSR1")
     except Exception:  # noqa: BLE001 - stopped meanwhile: the file is its go when it starts again
-        pass
+        return why
     return None
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlbox.cluster import sharing
-from rlbox.cluster.ray_node import (GO_FILE, HEALTH_CHECK_ENV, NOSET_VISIBLE, START_FIRST, START_PER_REGISTERED,  # noqa: F401
-                                     VISIBLE, NpuPolicy, RayPorts, gated, paced, ports_for, ray_start, released)
+from rlbox.cluster.ray_node import (GO_DIR, HEALTH_CHECK_ENV, NOSET_VISIBLE, START_FIRST, START_PER_REGISTERED,  # noqa: F401
+                                     VISIBLE, NpuPolicy, RayPorts, gated, go_file, paced, ports_for, ray_start, released)
 from rlbox.cluster.spec import ClusterSpec, Host, Mount
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -87,7 +87,7 @@ if [ "$role" = worker ]; then
     echo "rlbox-node: waiting for the launcher's go (Ray registers the workers before this one first)"
     # the go is a file the launcher writes (it stays, whenever it came) and a signal that ends the wait at
     # once (lost when it came before the trap was set: the file is then seen within the second)
-    until [ -n "$go" ] || [ -e "${RLBOX_GO_FILE:-/tmp/rlbox-go}" ]; do sleep 1 & wait $! || true; done
+    until [ -n "$go" ] || [ -e "${RLBOX_GO_FILE:-}" ]; do sleep 1 & wait $! || true; done
     [ -z "${!:-}" ] || kill "$!" 2>/dev/null || true  # no sleep at all when the go came first (set -u)
   fi
   # the head's GCS: a worker started before it answers gives up; once it answers, `ray start` waits (Ray's
@@ -132,7 +132,9 @@ class ContainerSpec:
             argv += ["--ip", self.ip]
         if self.hostname:
             argv += ["--hostname", self.hostname]
-        argv += ["--ipc", self.ipc]
+        # the node script is the container's first process: a daemon's `"init": true` would put an init before
+        # it that passes a go signal on to a script not yet listening, or to the `ray start` it became
+        argv += ["--ipc", self.ipc, "--init=false"]
         if self.privileged:
             argv.append("--privileged")
         for name, soft, hard in self.ulimits:
@@ -160,6 +162,7 @@ class ContainerSpec:
             "name": self.name,
             "detach": True,
             "ipc_mode": self.ipc,
+            "init": False,
             "privileged": self.privileged,
             "devices": [f"{src}:{dst}:rwm" for src, dst in self.devices],
             "mounts": [DockerMount(m.target, m.source, type="bind", read_only=m.read_only) for m in self.mounts],
@@ -421,7 +424,7 @@ def node_container(
     if role == "head":  # the GCS runs the health checks: a frozen or cut-off node DEAD in ~20 s
         env.update(HEALTH_CHECK_ENV)
     elif gated(index):
-        env["RLBOX_GATED"] = "1"
+        env.update({"RLBOX_GATED": "1", "RLBOX_GO_FILE": go_file(run_id, index)})
     if host.nic:
         env["RLBOX_NIC"] = host.nic
     if npu_policy is not None:

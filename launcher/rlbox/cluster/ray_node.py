@@ -11,7 +11,7 @@ from rlbox.cluster import sharing
 
 # Workers do not all call `ray start` in the same instant once the head is up, and none waits on a
 # clock: workers 1..START_FIRST go as soon as the head's GCS answers; worker k past them is gated (its
-# node script waits for the launcher's go, GO_FILE written into its container and a SIGUSR1) until Ray's node table holds
+# node script waits for the launcher's go, go_file written into its container and a SIGUSR1) until Ray's node table holds
 # enough of the workers before it (`released`): the GCS's own answers pace them, a slow head takes them
 # slowly, a quick one at once. Why any pacing: on 16 testbed hosts sharing 2 cores, 15 raylets started
 # together timed out registering with the GCS (Ray's fixed 30 s: `raylet_start_wait_time_s` in
@@ -32,17 +32,23 @@ def paced(machines: list[str | None]) -> bool:
     return any(m is None for m in machines) or len(set(machines)) < len(machines)
 
 
-GO_FILE = "/tmp/rlbox-go"  # a gated worker's go, written into its container (NODE_SCRIPT looks for it)
+GO_DIR = "/tmp"  # where a gated worker's go is written into its container (its RLBOX_GO_FILE, NODE_SCRIPT)
 
 
-def go_archive() -> bytes:
-    """GO_FILE as the tar the engine's archive API writes into a container (`docker cp`'s call)."""
+def go_file(run_id: str, index: int) -> str:
+    """A gated worker's go file: named by run id and node, so a /tmp a user mounts from the host (shared by a
+    simulation's nodes, kept after the run) never holds another worker's or another run's go."""
+    return f"{GO_DIR}/rlbox-go-{run_id}-{index}"
+
+
+def go_archive(path: str) -> bytes:
+    """The empty file ``path`` as the tar the engine's archive API writes into GO_DIR (`docker cp`'s call)."""
     import io
     import tarfile
 
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
-        tar.addfile(tarfile.TarInfo(GO_FILE.rsplit("/", 1)[1]), io.BytesIO(b""))
+        tar.addfile(tarfile.TarInfo(path.rsplit("/", 1)[1]), io.BytesIO(b""))
     return out.getvalue()
 
 
