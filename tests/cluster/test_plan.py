@@ -366,8 +366,12 @@ def test_on_machines_of_their_own_every_gated_worker_gets_its_go_at_the_first_gi
 
     own = bringup.gate_for([(n, node(f"boot{i}")) for i, n in enumerate(p.nodes)], print)
     assert own.at_once and own.give(registered=-1) == [9, 10, 11, 12] and own.give() == []
+    assert own.line() == "ray: workers past the first 8 start at once too (each node on a machine of its own)"
     shared = bringup.gate_for([(n, node("boot0" if i < 2 else f"boot{i}")) for i, n in enumerate(p.nodes)], print)
     assert not shared.at_once and shared.give(registered=0) == [] and shared.give(registered=1) == [9, 10]
+    assert shared.line().startswith("ray: workers past the first 8 start as Ray registers the ones before them")
+    small = make(hosts="10.0.0.1,10.0.0.2")  # no worker gated: nothing to say
+    assert bringup.gate_for([(n, node("boot0")) for n in small.nodes], print).line() is None
 
 
 def test_local_nodes_share_this_machine_so_a_simulation_is_paced():

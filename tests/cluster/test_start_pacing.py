@@ -66,6 +66,7 @@ def test_workers_on_machines_of_their_own_get_their_go_at_once_and_join(tmp_path
     assert [g.at_once for g in gates] == [True]
     assert gates[0].when == {9: 0, 10: 0}  # both before Ray had registered any worker
     assert any(line.startswith("cluster ready") for line in said), said[-5:]
+    assert "ray: workers past the first 8 start at once too (each node on a machine of its own)" in said
     assert f"ray: {NODES}/{NODES} nodes, {NODES}/{NODES} NPUs" in said
     for index in (9, 10):  # each waited for its go, and joined (every node is in Ray's table: the line above)
         assert "waiting for the launcher's go" in logs[index], logs[index][-800:]
@@ -76,5 +77,6 @@ def test_a_node_whose_machine_is_not_known_keeps_the_pacing(tmp_path, sim_image)
     plan, gates, said, logs = _bring_up(tmp_path, sim_image, "t35-unknown",
                                         lambda node: None if node.host.name.endswith("-h3") else f"boot-{node.host.name}")
     assert [g.at_once for g in gates] == [False] and set(gates[0].when) == {9, 10}
+    assert any(line.startswith("ray: workers past the first 8 start as Ray registers") for line in said)
     assert min(gates[0].when.values()) >= 1  # each once Ray had registered workers before it (ray_node.released)
     assert f"ray: {NODES}/{NODES} nodes, {NODES}/{NODES} NPUs" in said

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from rlbox.cluster.hosts import Node, on_every
 from rlbox.cluster.plan import NodePlan, RunPlan
-from rlbox.cluster.ray_node import GO_DIR, gated, go_archive, paced, released
+from rlbox.cluster.ray_node import GO_DIR, START_FIRST, gated, go_archive, paced, released
 from rlbox.cluster.watch import reported_address
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -69,6 +69,16 @@ class Gate:
             else:
                 self.echo(f"{node_plan.label}: cannot give it its go: {why}")
         return now
+
+
+    def line(self) -> str | None:
+        """What the run says of its workers' start (None: no worker is gated: 9 nodes or fewer)."""
+        if not any(gated(p.index) for p, _ in self.nodes):
+            return None
+        if self.at_once:
+            return f"ray: workers past the first {START_FIRST} start at once too (each node on a machine of its own)"
+        return (f"ray: workers past the first {START_FIRST} start as Ray registers the ones before them "
+                "(nodes share one machine's CPUs, or a node's machine is not known)")
 
 
 def _go(pair: tuple[NodePlan, Node]) -> str | None:

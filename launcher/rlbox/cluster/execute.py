@@ -92,7 +92,10 @@ class Cluster:
                 raise bringup.start_error(node_plan, err) from None
             self.echo(f"node{node_plan.index} {node_plan.role:6} started on {node_plan.host.name} ({node_plan.npus} NPUs)")
 
-        _, errors = on_every(start_one, list(zip(self.plan.nodes, self.nodes)))
+        pairs = list(zip(self.plan.nodes, self.nodes))
+        if self.plan.network:  # a simulated worker resolves the head by its container's name: there once it runs
+            start_one(pairs.pop(0))
+        _, errors = on_every(start_one, pairs)
         if errors:
             raise errors[0]
 
@@ -121,6 +124,9 @@ class Cluster:
         tries: dict[tuple[int, str | None], int] = {}  # by node and Ray's words
         last = [float("-inf")]
         gate = bringup.gate_for(list(zip(self.plan.nodes, self.nodes)), self.echo)
+        pacing = gate.line()
+        if pacing:
+            self.echo(pacing)
 
         def lost_node() -> None:  # one look at the engines a watch period, not one a poll of Ray's table
             now = time.monotonic()
