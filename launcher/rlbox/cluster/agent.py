@@ -29,7 +29,8 @@ import time
 # a line TOKEN): runs it with no stdin, then prints a newline and "TOKEN STATUS". Fixed text: scripts are data
 # read. One line, no single quote: the user's login shell parses it first (csh and tcsh refuse a newline
 # inside quotes). A script must not leave background jobs writing: their output would join the next answer.
-SHELL = ('tok=$1; nl=$(printf "\\n_"); nl=${nl%_}; b=; read -r b 2>/dev/null </proc/sys/kernel/random/boot_id || b=; '
+BOOT_ID = "/proc/sys/kernel/random/boot_id"  # one a running kernel: hosts that share it share one machine's CPUs
+SHELL = ('tok=$1; nl=$(printf "\\n_"); nl=${nl%_}; b=; read -r b 2>/dev/null <' + BOOT_ID + ' || b=; '
          'printf "%s ready %s\\n" "$tok" "$b"; '
          'while :; do s=; while :; do IFS= read -r l || exit 0; [ "$l" = "$tok" ] && break; s="$s$l$nl"; done; '
          'sh -c "$s" </dev/null 2>&1; printf "\\n%s %s\\n" "$tok" "$?"; done')

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from rlbox.cluster.hosts import Node, on_every
 from rlbox.cluster.plan import NodePlan, RunPlan
-from rlbox.cluster.ray_node import GO_DIR, START_FIRST, gated, go_archive, paced, released
+from rlbox.cluster.ray_node import START_FIRST, gated, go_archive, paced, released
 from rlbox.cluster.watch import reported_address
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -70,7 +70,6 @@ class Gate:
                 self.echo(f"{node_plan.label}: cannot give it its go: {why}")
         return now
 
-
     def line(self) -> str | None:
         """What the run says of its workers' start (None: no worker is gated: 9 nodes or fewer)."""
         if not any(gated(p.index) for p, _ in self.nodes):
@@ -88,7 +87,7 @@ def _go(pair: tuple[NodePlan, Node]) -> str | None:
     name, path = node_plan.container.name, dict(node_plan.container.env)["RLBOX_GO_FILE"]
     why = None
     try:
-        node.client.api.put_archive(name, GO_DIR, go_archive(path))
+        node.client.api.put_archive(name, path.rsplit("/", 1)[0], go_archive(path))
     except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names that
         why = engine.reason(err)
     try:

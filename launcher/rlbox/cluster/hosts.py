@@ -29,7 +29,6 @@ from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
 DOCKER_SOCKET = "/var/run/docker.sock"
-BOOT_ID = "/proc/sys/kernel/random/boot_id"  # one a running kernel (agent.SHELL reads it on a remote host)
 SSH_CONNECT_TIMEOUT = 10
 
 
@@ -157,7 +156,7 @@ class Node:
         one share a machine's CPUs: the local engine's nodes (a simulation), the testbed's hosts."""
         if self.host.local:
             try:
-                return Path(BOOT_ID).read_text().strip() or None
+                return Path(agent.BOOT_ID).read_text().strip() or None
             except OSError:
                 return None
         shell = self.agent

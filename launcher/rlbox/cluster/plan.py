@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlbox.cluster import sharing
-from rlbox.cluster.ray_node import (GO_DIR, HEALTH_CHECK_ENV, NOSET_VISIBLE, START_FIRST, START_PER_REGISTERED,  # noqa: F401
+from rlbox.cluster.ray_node import (HEALTH_CHECK_ENV, NOSET_VISIBLE, START_FIRST, START_PER_REGISTERED,  # noqa: F401
                                      VISIBLE, NpuPolicy, RayPorts, gated, go_file, paced, ports_for, ray_start, released)
 from rlbox.cluster.spec import ClusterSpec, Host, Mount
 from rlbox.core import engine

@@ -42,7 +42,7 @@ def go_file(run_id: str, index: int) -> str:
 
 
 def go_archive(path: str) -> bytes:
-    """The empty file ``path`` as the tar the engine's archive API writes into GO_DIR (`docker cp`'s call)."""
+    """The empty file ``path`` as the tar the engine's archive API writes into its folder (`docker cp`'s call)."""
     import io
     import tarfile
 
