@@ -406,3 +406,39 @@ def test_a_run_claims_a_host_whole_only_when_it_takes_every_npu_the_host_has():
     assert whole(sim=True, nodes=2, hardware="a3") == [True, True]
     assert whole(sim=True, nodes=2, hardware="a2") == [False, False]  # 8 NPUs of a 16-NPU stand-in
     assert whole(sim=True, nodes=1, hardware="a2", devices="8-15") == [False]
+
+
+def test_a_go_to_an_engine_that_does_not_answer_holds_neither_the_give_nor_the_other_gos(monkeypatch):
+    """A gated worker's host cut off the network: its go (an engine call) would wait up to the client's
+    120 s and, with it, the bring-up's loop and every other go. The give waits LOOK_WAIT for it, gives the
+    others, does not send it again while it is out, and hands it over once it has come back."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from rlbox.cluster import bringup
+
+    monkeypatch.setattr(bringup, "LOOK_WAIT", 0.2)
+    p = make(hosts=",".join(f"10.0.0.{i}" for i in range(1, 13)))  # workers 9..11 gated
+    release, api, calls = threading.Event(), _Api(), []
+
+    class Hung(_Api):
+        def put_archive(self, name, path, data):
+            calls.append(name)
+            release.wait(30)
+            return super().put_archive(name, path, data)
+
+    hung = Hung()
+    gate = bringup.Gate([(n, SimpleNamespace(client=SimpleNamespace(api=hung if n.index == 10 else api)))
+                         for n in p.nodes], print, at_once=True)
+    began = time.monotonic()
+    try:
+        assert gate.give() == [9, 11] and time.monotonic() - began < 1.0
+        assert gate.give() == [] and calls == [p.nodes[10].container.name]  # not sent again while out
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while (now := gate.give()) == [] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert now == [10] and calls == [p.nodes[10].container.name]
+    assert hung.sent == [(p.nodes[10].container.name, "SIGUSR1")]

@@ -613,3 +613,68 @@ def test_a_node_ray_marks_dead_is_named_by_what_its_engine_says_of_its_container
         assert time.monotonic() - began < (2.0 if ping_hangs else answer + 1.0)
     finally:
         release.set()
+
+
+def test_bring_up_names_a_node_whose_engine_stops_answering_before_it_said_its_address(monkeypatch):
+    """A worker's host cut off the network while Ray comes up, before the launcher read its address line:
+    every call to its engine hangs (docker-py waits up to 120 s). The read of that line held the bring-up's
+    loop until the client gave up; now it is waited for LOOK_WAIT, and the watch names the silent engine
+    after ENGINE_PATIENCE, as it does while a job runs."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from rlbox.cluster import execute
+    from rlbox.cluster import ray as ray_mod
+
+    monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.6)
+    monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
+    from rlbox.cluster import bringup
+    monkeypatch.setattr(bringup, "LOOK_WAIT", 0.1)
+    monkeypatch.setattr(watch, "period", lambda nodes: 0.0)
+    release = threading.Event()
+
+    class Container:
+        status = "running"
+
+        def __init__(self, line):
+            self.line = line
+
+        def logs(self, tail=None):
+            return self.line
+
+    def engine(hangs: bool, line: bytes):
+        def get(name):
+            if hangs:
+                release.wait(30)
+            return Container(line)
+
+        def ping():
+            if hangs:
+                release.wait(30)
+            return True
+        return SimpleNamespace(containers=SimpleNamespace(get=get), ping=ping)
+
+    engines = [engine(False, b"rlbox-node: head on 10.0.0.1 (eth0), head 10.0.0.1:6379\n"), engine(True, b"")]
+    nodes = [SimpleNamespace(client=e, close=lambda: None, machine=lambda: None) for e in engines]
+    plan = SimpleNamespace(total_npus=32, nodes=[
+        SimpleNamespace(index=i, label=f"node{i} (h{i})", role=role, container=SimpleNamespace(name=f"c{i}", ip=None),
+                        host=SimpleNamespace(name=f"h{i}", address=f"10.0.0.{i + 1}"))
+        for i, role in enumerate(("head", "worker"))])
+    cluster = execute.Cluster(plan, nodes, print, dashboard="http://127.0.0.1:1")
+
+    def looks(base, expected, total, timeout, progress, alive_check):  # Ray's table never fills here
+        while time.monotonic() - began < 10:
+            alive_check()
+            time.sleep(0.02)
+        raise AssertionError("the silent engine was never named")
+
+    monkeypatch.setattr(ray_mod, "wait_for_npus", looks)
+    began = time.monotonic()
+    try:
+        with pytest.raises(watch.NodeLost, match=r"node1 \(h1\), the worker, was lost: its engine has not answered"):
+            cluster.wait_ready(60)
+        assert time.monotonic() - began < 3.0
+        assert cluster.addresses == {0: "10.0.0.1"}  # the head's line was read beside the silent one
+    finally:
+        release.set()

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlbox.cluster.hosts import Node, on_every
+from rlbox.cluster.hosts import Node, Rounds, on_every
 from rlbox.cluster.plan import NodePlan, RunPlan
 from rlbox.cluster.ray_node import START_FIRST, gated, go_archive, paced, released
-from rlbox.cluster.watch import reported_address
+from rlbox.cluster.watch import LOOK_WAIT, reported_address
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
@@ -52,23 +52,26 @@ class Gate:
     given: set[int] = field(default_factory=set)
     at_once: bool = False  # no two nodes on one machine (ray_node.paced): every go at the first give
 
+    calls: Rounds = field(default_factory=lambda: Rounds(_go, LOOK_WAIT, key=lambda pair: pair[0].index))
+
     def give(self, registered: int | None = None) -> list[int]:
-        """Give the go to every gated worker that may start now, all at once (on_every: one after another,
-        at once on 1,000 nodes would be ~2,000 engine calls over ssh in turn); the indexes it was given to."""
+        """Give the go to every gated worker that may start now, all at once (one after another, at once
+        on 1,000 nodes would be ~2,000 engine calls over ssh in turn), each waited for at most LOOK_WAIT (a
+        go to an engine that does not answer holds neither the bring-up nor the other gos: the watch names
+        that engine); the indexes whose go came back given by now (this give's, or an earlier one's)."""
         if registered is not None:
             self.registered = max(0, registered)
         upto = len(self.nodes) if self.at_once else released(self.registered)
         todo = [(p, n) for p, n in self.nodes if gated(p.index) and p.index <= upto and p.index not in self.given]
-        if not todo:
-            return []
         self.given.update(p.index for p, _ in todo)
         now = []
-        for (node_plan, _), why in zip(todo, on_every(_go, todo)[0]):
+        for (node_plan, _), call in self.calls.round(todo):
+            why = call.result if call.error is None else engine.reason(call.error)
             if why is None:
                 now.append(node_plan.index)
             else:
                 self.echo(f"{node_plan.label}: cannot give it its go: {why}")
-        return now
+        return sorted(now)
 
     def line(self) -> str | None:
         """What the run says of its workers' start (None: no worker is gated: 9 nodes or fewer)."""
@@ -106,6 +109,11 @@ def said_address(pair: tuple[NodePlan, Node]) -> str | None:
     except Exception:  # noqa: BLE001
         return None
     return reported_address(text)
+
+
+def address_reads() -> Rounds:
+    """The reads of the nodes' address lines (said_address), by node, each waited for at most LOOK_WAIT."""
+    return Rounds(said_address, LOOK_WAIT, key=lambda pair: pair[0].index)
 
 
 def gate_for(nodes: list[tuple[NodePlan, Node]], echo: Callable[[str], None]) -> Gate:

@@ -17,7 +17,7 @@ import requests
 from rlbox.cluster import bringup, driver, jobs, probe, ray, sharing, sim, watch
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
-from rlbox.cluster.hosts import Node, connect_all, on_every
+from rlbox.cluster.hosts import Node, Rounds, connect_all, on_every
 from rlbox.cluster.plan import LABEL_RUN, LABEL_RUN_ID, NodePlan, RunPlan
 from rlbox.cluster.state import STATE_FILE, Phase, RunState, restart_line
 from rlbox.verl import job as verl_job
@@ -36,6 +36,7 @@ class Cluster:
     addresses: dict[int, str] = field(default_factory=dict)  # node index -> address, once started
     reported: set[int] = field(default_factory=set)  # nodes whose address is the one they reported
     phases: bringup.Phases = field(default_factory=bringup.Phases)  # where the bring-up's seconds went
+    reads: Rounds = field(default_factory=bringup.address_reads)  # the nodes' address lines, read beside the watch
     _torn_down: bool = field(default=False, repr=False)
 
     # -- bring-up -------------------------------------------------------------------------
@@ -108,13 +109,14 @@ class Cluster:
         return watch.Watch(watch.expected_of(self.plan, self.addresses), [n.container.name for n in self.plan.nodes],
                            self.nodes, self.dashboard)
 
-    def learn_addresses(self) -> None:
-        """The address each node said it starts Ray on (its first output line): Ray's node table
-        carries it, not the host's name. The nodes not heard from yet are read at once (on_every)."""
+    def learn_addresses(self, wait: float | None = None) -> None:
+        """The address each node said it starts Ray on (its first output line): Ray's node table carries it,
+        not the host's name. The nodes not heard from yet are read at once, waited for at most LOOK_WAIT
+        (``wait``; bringup.address_reads): a read not back then is collected by a later call."""
         todo = [(p, n) for p, n in zip(self.plan.nodes, self.nodes) if p.index not in self.reported]
-        for (node_plan, _), address in zip(todo, on_every(bringup.said_address, todo)[0] if todo else ()):
-            if address:  # what the node says wins over what its engine gave (the same on a simulation)
-                self.addresses[node_plan.index] = address
+        for (node_plan, _), call in self.reads.round(todo, wait):
+            if call.result:  # what the node says wins over what its engine gave (the same on a simulation)
+                self.addresses[node_plan.index] = call.result
                 self.reported.add(node_plan.index)
 
     def wait_ready(self, timeout: float) -> None:
@@ -161,7 +163,7 @@ class Cluster:
         marked: set[str] = set()
         ray.wait_for_npus(self.dashboard, expected, self.plan.total_npus, timeout, progress, lost_node)
         self.phases.mark("NPUs")
-        self.learn_addresses()
+        self.learn_addresses(wait=watch.ENGINE_PATIENCE)  # a node's engine silent longer: the run's watch names it
 
     def start_again(self, index: int, attempt: int, why: str, box: watch.Box) -> watch.Box:
         """Start a worker's exited container again (Ray's start-up gave up: ``why``, watch.gave_up, as
@@ -190,6 +192,7 @@ class Cluster:
         self.remove_own(keep_claims=True)
         self.addresses.clear()
         self.reported.clear()
+        self.reads = bringup.address_reads()  # a read still out from the bring-up before is not this one's
 
     def teardown(self) -> None:
         if self._torn_down:

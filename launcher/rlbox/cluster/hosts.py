@@ -279,6 +279,48 @@ def on_every(fn, items) -> tuple[list, list[RlboxError]]:
     return results, errors
 
 
+class Call:
+    """One call of ``fn(arg)`` on a daemon thread of its own (a hung one never holds the process's exit):
+    ``done`` is set once it came back, with its ``result`` or its ``error``."""
+
+    def __init__(self, fn, arg, began: float):
+        self.began, self.result, self.error = began, None, None
+        self.done = threading.Event()
+        threading.Thread(target=self._run, args=(fn, arg), daemon=True).start()
+
+    def _run(self, fn, arg) -> None:
+        try:
+            self.result = fn(arg)
+        except BaseException as err:  # noqa: BLE001 - handed to whoever collects the call
+            self.error = err
+        finally:
+            self.done.set()
+
+
+class Rounds:
+    """Calls of ``fn`` on items, made a round at a time beside a watch that names an engine's silence: a
+    round waits for its items' calls at most ``wait`` seconds, and one that has not come back then holds
+    nothing (an engine behind a cut network answers only at the client's timeout, 120 s) and is not made
+    again for its item (by ``key``) until it has; the round that finds it back hands it over."""
+
+    def __init__(self, fn, wait: float, key=lambda item: item):
+        self.fn, self.wait, self.key = fn, wait, key
+        self.out: dict = {}  # key -> (item, Call)
+
+    def round(self, items, wait: float | None = None) -> list:
+        """(item, Call) of every call back by the end of this round: made now or in an earlier one."""
+        mine = []
+        for item in items:
+            if self.key(item) not in self.out:
+                self.out[self.key(item)] = (item, Call(self.fn, item, time.monotonic()))
+            mine.append(self.out[self.key(item)][1])
+        deadline = time.monotonic() + (self.wait if wait is None else wait)
+        for call in mine:
+            call.done.wait(max(0.0, deadline - time.monotonic()))
+        back = [k for k, (_, call) in self.out.items() if call.done.is_set()]
+        return [self.out.pop(k) for k in back]
+
+
 def host_name_of(item) -> str:
     """The host an ``on_every`` item is about (a node, a host, a (plan, node) pair), for its error line."""
     for part in item if isinstance(item, tuple) else (item,):

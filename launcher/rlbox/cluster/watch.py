@@ -13,7 +13,6 @@ by the host's name, so hosts given by name, by address or simulated are watched 
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -21,7 +20,7 @@ from dataclasses import dataclass, replace
 import requests
 
 from rlbox.cluster import ray
-from rlbox.cluster.hosts import Node
+from rlbox.cluster.hosts import Call, Node
 from rlbox.cluster.plan import RunPlan
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -233,23 +232,6 @@ def period(nodes: int) -> float:
     return max(BASE_PERIOD, nodes / LOOKS_PER_SECOND)
 
 
-class _Call:
-    """One engine call on a daemon thread of its own (a hung one never holds the process's exit)."""
-
-    def __init__(self, fn: Callable[[int], "Box"], index: int, began: float):
-        self.began, self.result, self.error = began, None, None
-        self.done = threading.Event()
-        threading.Thread(target=self._run, args=(fn, index), daemon=True).start()
-
-    def _run(self, fn: Callable[[int], "Box"], index: int) -> None:
-        try:
-            self.result = fn(index)
-        except BaseException as err:  # noqa: BLE001 - handed to the look that collects it
-            self.error = err
-        finally:
-            self.done.set()
-
-
 class Watch:
     """Every node of a running cluster, looked at no more often than ``every`` seconds (by default
     period(N)). ``containers``: each node's container name; ``expected``: each node's label, role, address."""
@@ -262,10 +244,10 @@ class Watch:
         self._last = float("-inf")
         self._silent_since: dict[int, float] = {}
         self._dashboard_down_since: float | None = None
-        self._pending: dict[int, _Call] = {}  # per node, its engine call still out
-        self._pings: dict[int, _Call] = {}  # per node, its engine's ping, asked while a call of the node is out
+        self._pending: dict[int, Call] = {}  # per node, its engine call still out
+        self._pings: dict[int, Call] = {}  # per node, its engine's ping, asked while a call of the node is out
         self._heard: dict[int, float] = {}  # per node, when its engine last answered a ping
-        self._table_call: _Call | None = None  # Ray's node table, asked and not answered yet
+        self._table_call: Call | None = None  # Ray's node table, asked and not answered yet
 
     def _box(self, index: int) -> Box:
         node = self.nodes[index]
@@ -309,14 +291,14 @@ class Watch:
         call out since then, or failing), or from its last answered ping when that came later."""
         return now - max(began, self._heard.get(index, began))
 
-    def _still_out(self, index: int, call: _Call) -> Box:
+    def _still_out(self, index: int, call: Call) -> Box:
         """A node whose call has not come back: its engine is asked for a ping beside it (one at a
         time), so an engine that answers, only slowly (a loaded machine: a container inspected while
         the engine creates and removes others), is told from one cut off, stopped or frozen, whose
         ping is as silent as the call. A slow call still ends at the client's timeout (120 s)."""
         ping = self._pings.get(index)
         if ping is None or ping.done.is_set():
-            self._pings[index] = _Call(self._ping, index, self.clock())
+            self._pings[index] = Call(self._ping, index, self.clock())
         began = self._silent_since.setdefault(index, call.began)
         return Box(UNREACHABLE, since=self._silent(index, began, self.clock()))
 
@@ -330,7 +312,7 @@ class Watch:
         fresh = []
         for i in range(len(self.nodes)):
             if i not in self._pending:
-                self._pending[i] = _Call(self._box, i, now)
+                self._pending[i] = Call(self._box, i, now)
                 fresh.append(self._pending[i])
         deadline = time.monotonic() + LOOK_WAIT
         for call in fresh:  # a call already out at an earlier look is not waited for again
@@ -353,7 +335,7 @@ class Watch:
         one whose answer is out for TABLE_TIMEOUT counts as silent from when it was asked."""
         asked = False
         if self.dashboard and self._table_call is None:
-            self._table_call, asked = _Call(lambda _: self._table(), 0, self.clock()), True
+            self._table_call, asked = Call(lambda _: self._table(), 0, self.clock()), True
         started = time.monotonic()
         boxes = self.boxes()
         table, call = None, self._table_call
@@ -382,7 +364,7 @@ class Watch:
         i = loss.by_ray
         call = self._pending.get(i)
         if call is None:
-            call = self._pending[i] = _Call(self._box, i, self.clock())
+            call = self._pending[i] = Call(self._box, i, self.clock())
         deadline = time.monotonic() + CAUSE_WAIT
         while not call.done.wait(0.1):
             if time.monotonic() >= deadline or self._still_out(i, call).since >= ENGINE_PATIENCE:
