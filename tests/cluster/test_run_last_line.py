@@ -15,6 +15,8 @@ LOST = RlboxError("run 'r1' lost node1 (10.2.0.2): its engine has not answered f
 
 @pytest.mark.parametrize("ending, line, code", [
     (LOST, f"{LOST}; then {GONE}", 3),
+    (RlboxError(f"{LOST}; every node was cleaned up", exit_code=3),  # not the one the teardown names
+     f"{LOST}; the other nodes were cleaned up; then {GONE}", 3),
     (None, str(GONE), 2),  # nothing else ended the run: the teardown's line
     (KeyboardInterrupt(), str(GONE), 2),
     (GONE, str(GONE), 2),  # the same error twice is said once

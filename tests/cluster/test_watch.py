@@ -678,3 +678,52 @@ def test_bring_up_names_a_node_whose_engine_stops_answering_before_it_said_its_a
         assert cluster.addresses == {0: "10.0.0.1"}  # the head's line was read beside the silent one
     finally:
         release.set()
+
+
+def test_teardown_leaves_a_host_whose_engine_is_silent_after_its_patience_and_says_so(monkeypatch):
+    """A host cut off the network: every call to its engine waits until ssh's keep-alive gives the tunnel
+    up (bench: a run whose worker's host was cut took 55-60 s to exit after naming it). Teardown asks each
+    engine's ping first and leaves one silent for TEARDOWN_PATIENCE, naming it with what to do; the
+    others' containers are removed meanwhile. An engine that refuses at once is said as before."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from rlbox.cluster import execute
+
+    monkeypatch.setattr(execute, "TEARDOWN_PATIENCE", 0.3)
+    release = threading.Event()
+    removed = []
+
+    class Box:
+        def __init__(self, name):
+            self.name, self.id, self.labels = name, name, {execute.LABEL_RUN: "r"}
+
+        def remove(self, force=False, v=False):
+            removed.append(self.name)
+
+    def client(name: str, hangs: bool = False, refuses: bool = False):
+        def ping():
+            if refuses:
+                raise ConnectionRefusedError("refused")
+            if hangs:
+                release.wait(30)
+            return True
+        return SimpleNamespace(ping=ping, containers=SimpleNamespace(list=lambda **kw: [Box(name)]),
+                               networks=SimpleNamespace(list=lambda **kw: []))
+
+    monkeypatch.setattr(execute.sharing, "release_own", lambda *a, **kw: None)
+    nodes = [SimpleNamespace(client=client("c0"), host=SimpleNamespace(name="h0")),
+             SimpleNamespace(client=client("c1", hangs=True), host=SimpleNamespace(name="h1"))]
+    began = time.monotonic()
+    try:
+        with pytest.raises(execute.RlboxError, match=r"^h1: cannot list run r's containers \(its engine has not "
+                                                     r"answered for 0 s\); rerun `rlbox stop --name r`$"):
+            execute.remove_run(nodes, "r", None, run_id="id")
+        assert time.monotonic() - began < 2.0 and removed == ["c0"]
+    finally:
+        release.set()
+    refusing = [SimpleNamespace(client=client("c2", refuses=True), host=SimpleNamespace(name="h2"))]
+    refusing[0].client.containers.list = lambda **kw: (_ for _ in ()).throw(ConnectionRefusedError("refused"))
+    with pytest.raises(execute.RlboxError, match=r"^h2: cannot list run r's containers \(not reachable: refused\)"):
+        execute.remove_run(refusing, "r", None, run_id="id")

@@ -167,6 +167,40 @@ def test_ctrl_c_mid_run_leaves_nothing_on_any_host(clean, tmp_path):
     assert bed.leftovers("tbt-int") == []
 
 
+def test_a_worker_host_cut_off_is_named_and_the_run_ends_without_waiting_for_ssh_to_give_up(clean, tmp_path):
+    """A worker's host cut off the network mid-run (its veth down): the watch names its silent engine
+    within seconds, and the teardown leaves that host once its engine's ping has been silent for
+    TEARDOWN_PATIENCE, naming it and what to run, instead of waiting for ssh's keep-alive to give the
+    tunnel up (the run exited 55-60 s after the cut before). Put back, `rlbox stop` removes what was left."""
+    import time
+
+    from rlbox.cluster import execute
+
+    bed = clean
+    job = Run(tmp_path / "runs", tmp_path / "shared", "tbt-cut", 600, where=("--cluster", bed.cluster(1, 2)))
+    job.wait_for("step:1 ")
+    link = bed.host(2)["veth"]
+    subprocess.run(["ip", "link", "set", link, "down"], check=True)
+    cut = time.monotonic()
+    try:
+        code = job.finish(timeout=180)
+        took = time.monotonic() - cut
+    finally:
+        subprocess.run(["ip", "link", "set", link, "up"], check=True)
+    err = job.stderr()
+    last = err.strip().splitlines()[-1]
+    assert code == execute.NODE_LOST_EXIT and "Traceback" not in err, err[-2000:]
+    assert f"node1 ({bed.address(2)}), the worker, was lost: its engine has not answered for" in last, last
+    assert last.endswith(f"the other nodes were cleaned up; then {bed.address(2)}: cannot list run tbt-cut's "
+                         f"containers (its engine has not answered for {execute.TEARDOWN_PATIENCE:.0f} s); "
+                         "rerun `rlbox stop --name tbt-cut`"), last
+    assert took < 40, f"{took:.1f} s from the cut to the run's exit:\n{err[-2000:]}"
+    assert bed.leftovers("tbt-cut") != []  # the cut host's container: left, as the line says
+    stop = rlbox("stop", "--name", "tbt-cut", "--runs-dir", tmp_path / "runs", timeout=120)
+    assert stop.returncode == 0, stop.stderr[-2000:]
+    assert bed.leftovers("tbt-cut") == []
+
+
 @pytest.mark.parametrize("fault, expected", [
     ("engine", "rlbox: error: {h2}: Docker engine not reachable over ssh"),
     ("sshd", "rlbox: error: {h2}: cannot "),

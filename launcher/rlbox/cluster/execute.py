@@ -17,7 +17,7 @@ import requests
 from rlbox.cluster import bringup, driver, jobs, probe, ray, sharing, sim, watch
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
-from rlbox.cluster.hosts import Node, Rounds, connect_all, on_every
+from rlbox.cluster.hosts import Node, Rounds, connect_all, on_every, silent
 from rlbox.cluster.plan import LABEL_RUN, LABEL_RUN_ID, NodePlan, RunPlan
 from rlbox.cluster.state import STATE_FILE, Phase, RunState, restart_line
 from rlbox.verl import job as verl_job
@@ -219,9 +219,11 @@ def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of:
     label = f"{LABEL_RUN_ID}={run_id}" if run_id else f"{LABEL_RUN}={run}"
 
     def remove(node: Node) -> set[str]:
-        try:
+        try:  # an engine gone away (or silent: a cut host holds a call until ssh gives up): say which, go on
+            if silent(node, TEARDOWN_PATIENCE):
+                raise RuntimeError(f"its engine has not answered for {TEARDOWN_PATIENCE:.0f} s")
             boxes = node.client.containers.list(all=True, ignore_removed=True, filters={"label": label})
-        except Exception as err:  # noqa: BLE001 - an engine gone away: say which, go on with the others
+        except Exception as err:  # noqa: BLE001
             raise RlboxError(f"{node.host.name}: cannot list run {run}'s containers ({engine.reason(err)}); "
                              f"rerun `rlbox stop --name {run}`") from None
         boxes = [b for b in boxes if b.labels.get(LABEL_RUN) == run]
@@ -254,6 +256,7 @@ def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of:
 
 # ---------------------------------------------------------------------------------------------
 NODE_LOST_EXIT = 2  # a lost node ends `rlbox run` with this code, and state.json records it
+TEARDOWN_PATIENCE = 10.0  # seconds an engine's ping may go unanswered before teardown leaves its node
 
 
 @dataclass
@@ -271,12 +274,8 @@ def execute(
     run_dir: Path,
     echo: Echo,
     emit: Echo,
-    timeout: float = 300,
-    replace: bool = False,
-    detach: bool = False,
-    keep: bool = False,
-    bring_up_only: bool = False,
-    max_restarts: int = 0,
+    timeout: float = 300, replace: bool = False, detach: bool = False, keep: bool = False,
+    bring_up_only: bool = False, max_restarts: int = 0,
     before: Callable[[list[Node]], None] | None = None,
     on_failure: Callable[[list[Node], Path], str | None] | None = None,
     tty: bool = False,
@@ -436,7 +435,8 @@ def execute(
 def last_line(ending: BaseException | None, teardown: RlboxError) -> RlboxError:
     """A run whose teardown failed ends on the cause that ended it (a lost node), then the teardown's line."""
     if isinstance(ending, RlboxError) and str(ending) and str(ending) not in str(teardown):
-        return RlboxError(f"{ending}; then {teardown}", exit_code=ending.exit_code)
+        said = str(ending).replace("every node was cleaned up", "the other nodes were cleaned up")
+        return RlboxError(f"{said}; then {teardown}", exit_code=ending.exit_code)
     return teardown
 
 

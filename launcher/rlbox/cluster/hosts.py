@@ -297,6 +297,13 @@ class Call:
             self.done.set()
 
 
+def silent(node, within: float) -> bool:
+    """Whether ``node``'s engine leaves its ping (/_ping: no container, no lock, answered at once even
+    by a loaded engine) unanswered for ``within`` seconds: a host cut off the network, where every call
+    waits until ssh's keep-alive gives the tunnel up (45-60 s). An engine that refuses is not silent."""
+    return not Call(lambda n: n.client.ping(), node, time.monotonic()).done.wait(within)
+
+
 class Rounds:
     """Calls of ``fn`` on items, made a round at a time beside a watch that names an engine's silence: a
     round waits for its items' calls at most ``wait`` seconds, and one that has not come back then holds
