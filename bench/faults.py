@@ -8,6 +8,7 @@ filesystem) on the simulation image, over ssh to testbed hosts (the production p
 
   worker-net     a worker host cut off the network (its veth down), put back after
   head-net       the head's host cut off the network, put back after
+  worker-net-up, head-net-up   the same while Ray comes up (at rlbox's first count of Ray's nodes)
   dockerd-kill   a worker host's dockerd killed (SIGKILL), started again after
   two-workers    two workers' containers killed at once, with --max-restarts 1 (3 hosts)
   driver-kill9   `kill -9` of the `rlbox run` process; `rlbox status` must tell, `rlbox stop` clean
@@ -58,7 +59,7 @@ NAMED = ("was lost", "rlbox: error:", "interrupted", "driver")
 # RLBOX_FAULTS_NO_DOCTOR=1: without the pre-flight (on a shared disk with under 20 GiB free every
 # host fails doctor's disk check, which is not what is replayed here)
 DOCTOR = ("--no-doctor",) if os.environ.get("RLBOX_FAULTS_NO_DOCTOR") == "1" else ()
-ALL = ("worker-net", "head-net", "dockerd-kill", "two-workers", "driver-kill9", "distribute", "up-kill9", "bed-down")
+ALL = ("worker-net", "head-net", "worker-net-up", "head-net-up", "dockerd-kill", "two-workers", "driver-kill9", "distribute", "up-kill9", "bed-down")
 QUICK = ("driver-kill9",)
 # a testbed up with --slurm (the tests' session testbed) runs these on its hosts: part of the host, like sshd
 SLURM_DAEMONS = ("munged", "slurmd", "slurmctld", "slurmscriptd")
@@ -226,19 +227,28 @@ def outcome_of(code, record: dict, run: Run) -> str:
 
 
 # -- the faults ----------------------------------------------------------------------------------------
-def fault_net(bed: Testbed, work: Path, index: int, hosts=(1, 2)) -> bool:
-    fault = "head-net" if index == hosts[0] else "worker-net"
-    run = started(bed, work, f"{PREFIX}-{fault}", hosts)
+def fault_net(bed: Testbed, work: Path, index: int, hosts=(1, 2), up: bool = False) -> bool:
+    """A host cut off the network mid-job, or (``up``) while Ray comes up (at rlbox's first count of
+    Ray's nodes); also said: the seconds from the cut to rlbox's exit (its teardown leaves a silent host)."""
+    fault = ("head-net" if index == hosts[0] else "worker-net") + ("-up" if up else "")
+    if up:
+        run = Run(bed, work, f"{PREFIX}-{fault}", hosts)
+        deadline = time.monotonic() + 420
+        while not any("ray: 0/" in x for _, x in run.lines) and run.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    else:
+        run = started(bed, work, f"{PREFIX}-{fault}", hosts)
     veth(bed, index, False)
     cut = time.monotonic()
     try:
         code = run.finish(timeout=240)
+        ended = time.monotonic() - cut
         named, line = run.named_after(cut)
     finally:
         veth(bed, index, True)
     record = run.state()
     out = outcome_of(code, record, run)
-    notes = recover(run, record)
+    notes = "; ".join(x for x in (f"exited {ended:.1f} s after the cut", recover(run, record)) if x)
     return report(fault, named, line, out, leftovers(bed, run), notes)
 
 
@@ -401,6 +411,8 @@ def main() -> int:
                 results[fault] = fault_net(bed, work, 2)
             elif fault == "head-net":
                 results[fault] = fault_net(bed, work, 1)
+            elif fault.endswith("-net-up"):
+                results[fault] = fault_net(bed, work, 1 if fault == "head-net-up" else 2, up=True)
             elif fault == "dockerd-kill":
                 results[fault] = fault_dockerd(bed, work)
             elif fault == "two-workers":

@@ -208,3 +208,15 @@ def test_the_npu_ids_slurm_allocated_are_read_never_guessed(text, npus, found, w
 def test_ids_are_said_as_slurm_writes_them(ids, text):
     assert sp.ids_text(ids) == text
     assert sp.parse_ids(text) == ids if text else True
+
+
+def test_a_run_slurm_ended_still_names_a_node_its_teardown_could_not_reach():
+    from rlbox.backends.slurm.backend import ended_line
+
+    ended = "Slurm ended allocation 7 (TIMEOUT)"
+    assert ended_line(ended, "r", "run 'r' failed: x; every node was cleaned up") == \
+        f"{ended} (run 'r': every node was cleaned up)"
+    gone = "h2: cannot list run r's containers (its engine has not answered for 10 s); rerun `rlbox stop --name r`"
+    assert ended_line(ended, "r", f"run 'r' failed: x; the other nodes were cleaned up; then {gone}") == \
+        f"{ended} (run 'r': the other nodes were cleaned up); then {gone}"
+

@@ -442,3 +442,69 @@ def test_a_go_to_an_engine_that_does_not_answer_holds_neither_the_give_nor_the_o
         time.sleep(0.01)
     assert now == [10] and calls == [p.nodes[10].container.name]
     assert hung.sent == [(p.nodes[10].container.name, "SIGUSR1")]
+
+
+def test_a_go_goes_to_the_container_started_not_to_one_of_the_same_name_that_replaced_it():
+    """A go still out when a restart took the cluster down must not reach the container of the same name
+    the next bring-up made (that worker would start unpaced): the go is sent to the container's id."""
+    from types import SimpleNamespace
+
+    from rlbox.cluster import bringup
+
+    p = make(hosts=",".join(f"10.0.0.{i}" for i in range(1, 11)))  # worker 9 gated
+    api = _Api()
+    gate = bringup.gate_for([(n, SimpleNamespace(client=SimpleNamespace(api=api), machine=lambda: None)) for n in p.nodes],
+                            print, {9: "abc123"})
+    assert gate.give(registered=1) == [9] and api.sent == [("abc123", "SIGUSR1")]
+    assert api.written == [("abc123", [dict(p.nodes[9].container.env)["RLBOX_GO_FILE"]])]
+
+
+def test_one_host_s_error_names_the_others_that_had_one():
+    from rlbox.cluster.hosts import first_error
+
+    one = RlboxError("h1: cannot list run r's containers (x); rerun `rlbox stop --name r`", exit_code=3)
+    assert first_error([one]) is one
+    many = first_error([one] + [RlboxError(f"h{i}: cannot list (y)") for i in range(2, 9)])
+    assert str(many) == f"{one} (the same on h2, h3, h4, h5, h6 and 2 more)" and many.exit_code == 3
+
+
+def test_the_addresses_read_once_the_cluster_is_ready_wait_for_a_slow_engine_not_a_silent_one(monkeypatch):
+    """The last read of the nodes' address lines (no look comes after it): a read still out is waited for
+    while its engine answers its ping (loaded: the run's watch matches Ray's rows by that address), and
+    left once the ping too is silent for ENGINE_PATIENCE (the watch names that engine)."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from rlbox.cluster import bringup
+
+    monkeypatch.setattr(bringup, "LOOK_WAIT", 0.05)
+    monkeypatch.setattr(bringup, "ENGINE_PATIENCE", 0.3)
+    release = threading.Event()
+
+    def node(read_takes: float, ping_hangs: bool, line: str):
+        def get(name):
+            time.sleep(read_takes) if read_takes else None
+            if ping_hangs:
+                release.wait(30)
+            return SimpleNamespace(logs=lambda: line.encode())
+
+        def ping():
+            if ping_hangs:
+                release.wait(30)
+            return True
+        return SimpleNamespace(client=SimpleNamespace(containers=SimpleNamespace(get=get), ping=ping))
+
+    plans = [SimpleNamespace(index=i, container=SimpleNamespace(name=f"c{i}")) for i in range(3)]
+    pairs = list(zip(plans, [node(0, False, "rlbox-node: head on 10.9.0.1 (eth0), head 10.9.0.1:1\n"),
+                             node(0.6, False, "rlbox-node: worker on 10.9.0.2 (eth0), head 10.9.0.1:1\n"),
+                             node(0, True, "")]))
+    began = time.monotonic()
+    try:
+        assert bringup.addresses_said(bringup.address_reads(), pairs) == {0: "10.9.0.1"}  # a look's: 1 s at most
+        assert time.monotonic() - began < 0.5
+        reads = bringup.address_reads()
+        assert bringup.addresses_said(reads, pairs, settle=True) == {0: "10.9.0.1", 1: "10.9.0.2"}
+        assert time.monotonic() - began < 3.0 and set(reads.out) == {2}  # the silent one: left, still out
+    finally:
+        release.set()

@@ -31,13 +31,14 @@ def _bring_up(tmp_path, sim_image, name: str, machine):
     gates: list[bringup.Gate] = []
     made = bringup.gate_for
 
-    def gate_for(nodes, echo):  # the gate the run makes, each go recorded with how many workers Ray had then
-        gate = made(nodes, echo)
+    def gate_for(nodes, echo, ids=None):  # the gate the run makes, each go recorded with how many workers Ray had
+        gate = made(nodes, echo, ids)  # when it was sent (its call may come back at a later give)
         give, gate.when = gate.give, {}
 
         def recorded(registered=None):
+            before = set(gate.given)
             now = give(registered)
-            gate.when.update((i, gate.registered) for i in now)
+            gate.when.update((i, gate.registered) for i in gate.given - before)
             return now
 
         gate.give = recorded

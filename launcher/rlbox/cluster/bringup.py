@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlbox.cluster.hosts import Node, Rounds, on_every
+from rlbox.cluster.hosts import Node, Rounds, on_every, silent
 from rlbox.cluster.plan import NodePlan, RunPlan
 from rlbox.cluster.ray_node import START_FIRST, gated, go_archive, paced, released
-from rlbox.cluster.watch import LOOK_WAIT, reported_address
+from rlbox.cluster.watch import ENGINE_PATIENCE, LOOK_WAIT, reported_address
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 
@@ -51,8 +51,11 @@ class Gate:
     registered: int = 0
     given: set[int] = field(default_factory=set)
     at_once: bool = False  # no two nodes on one machine (ray_node.paced): every go at the first give
+    ids: dict[int, str] = field(default_factory=dict)  # by node, its container's id (a go late from a
+    # bring-up before a restart must not reach the container of the same name that replaced it)
 
-    calls: Rounds = field(default_factory=lambda: Rounds(_go, LOOK_WAIT, key=lambda pair: pair[0].index))
+    def __post_init__(self) -> None:
+        self.calls = Rounds(self._go, LOOK_WAIT, key=lambda pair: pair[0].index)
 
     def give(self, registered: int | None = None) -> list[int]:
         """Give the go to every gated worker that may start now, all at once (one after another, at once
@@ -82,12 +85,16 @@ class Gate:
         return (f"ray: workers past the first {START_FIRST} start as Ray registers the ones before them "
                 "(nodes share one machine's CPUs, or a node's machine is not known)")
 
+    def _go(self, pair: tuple[NodePlan, Node]) -> str | None:
+        """One worker's go: its go file, then the signal (either alone is a go); why neither could be given
+        (None: given)."""
+        node_plan, node = pair
+        return go(node, self.ids.get(node_plan.index) or node_plan.container.name,
+                  dict(node_plan.container.env)["RLBOX_GO_FILE"])
 
-def _go(pair: tuple[NodePlan, Node]) -> str | None:
-    """One worker's go: its go file, then the signal (either alone is a go); why neither could be given
-    (None: given)."""
-    node_plan, node = pair
-    name, path = node_plan.container.name, dict(node_plan.container.env)["RLBOX_GO_FILE"]
+
+def go(node: Node, name: str, path: str) -> str | None:
+    """Container ``name``'s go (its id, or its name): the go file at ``path``, then SIGUSR1."""
     why = None
     try:
         node.client.api.put_archive(name, path.rsplit("/", 1)[0], go_archive(path))
@@ -116,9 +123,28 @@ def address_reads() -> Rounds:
     return Rounds(said_address, LOOK_WAIT, key=lambda pair: pair[0].index)
 
 
-def gate_for(nodes: list[tuple[NodePlan, Node]], echo: Callable[[str], None]) -> Gate:
+def addresses_said(reads: Rounds, pairs: list[tuple[NodePlan, Node]], settle: bool = False) -> dict[int, str]:
+    """By node index, the addresses ``pairs``' nodes said, of the reads back within LOOK_WAIT. ``settle``
+    (the cluster is ready: no look comes after): a read still out is waited for as long as its engine
+    answers its ping (a loaded engine: slow, not lost), and left only once that is silent for
+    ENGINE_PATIENCE (the run's watch names it)."""
+    said: dict[int, str] = {}
+    while True:
+        for (node_plan, _), call in reads.round(pairs, again=settle):
+            if call.result:  # what the node says wins over what its engine gave (the same on a simulation)
+                said[node_plan.index] = call.result
+        out = [pair for pair in pairs if reads.key(pair) in reads.out]
+        if not settle or not out:
+            return said
+        quiet, _ = on_every(lambda pair: silent(pair[1], ENGINE_PATIENCE), out)
+        pairs = [pair for pair, gone in zip(out, quiet) if not gone]
+        if not pairs:
+            return said
+
+
+def gate_for(nodes: list[tuple[NodePlan, Node]], echo: Callable[[str], None], ids: dict[int, str] | None = None) -> Gate:
     """A bring-up's gate: every go at once when no two nodes share a machine (ray_node.paced)."""
-    return Gate(nodes, echo, at_once=not paced([node.machine() for _, node in nodes]))
+    return Gate(nodes, echo, at_once=not paced([node.machine() for _, node in nodes]), ids=dict(ids or {}))
 
 
 @dataclass

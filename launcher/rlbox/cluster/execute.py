@@ -17,7 +17,7 @@ import requests
 from rlbox.cluster import bringup, driver, jobs, probe, ray, sharing, sim, watch
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
-from rlbox.cluster.hosts import Node, Rounds, connect_all, on_every, silent
+from rlbox.cluster.hosts import Call, Node, Rounds, connect_all, first_error, on_every, silent
 from rlbox.cluster.plan import LABEL_RUN, LABEL_RUN_ID, NodePlan, RunPlan
 from rlbox.cluster.state import STATE_FILE, Phase, RunState, restart_line
 from rlbox.verl import job as verl_job
@@ -37,6 +37,7 @@ class Cluster:
     reported: set[int] = field(default_factory=set)  # nodes whose address is the one they reported
     phases: bringup.Phases = field(default_factory=bringup.Phases)  # where the bring-up's seconds went
     reads: Rounds = field(default_factory=bringup.address_reads)  # the nodes' address lines, read beside the watch
+    ids: dict[int, str] = field(default_factory=dict)  # node index -> its container's id, once created
     _torn_down: bool = field(default=False, repr=False)
 
     # -- bring-up -------------------------------------------------------------------------
@@ -84,6 +85,7 @@ class Cluster:
                 box = node.client.containers.create(**node_plan.container.docker_py())
             except Exception as err:  # docker.errors.APIError and friends
                 raise bringup.start_error(node_plan, err) from None
+            self.ids[node_plan.index] = box.id
             try:
                 box.start()
                 if self.plan.network:  # the engine gave the address
@@ -109,15 +111,13 @@ class Cluster:
         return watch.Watch(watch.expected_of(self.plan, self.addresses), [n.container.name for n in self.plan.nodes],
                            self.nodes, self.dashboard)
 
-    def learn_addresses(self, wait: float | None = None) -> None:
+    def learn_addresses(self, settle: bool = False) -> None:
         """The address each node said it starts Ray on (its first output line): Ray's node table carries it,
-        not the host's name. The nodes not heard from yet are read at once, waited for at most LOOK_WAIT
-        (``wait``; bringup.address_reads): a read not back then is collected by a later call."""
+        not the host's name. The nodes not heard from yet are read at once (bringup.addresses_said)."""
         todo = [(p, n) for p, n in zip(self.plan.nodes, self.nodes) if p.index not in self.reported]
-        for (node_plan, _), call in self.reads.round(todo, wait):
-            if call.result:  # what the node says wins over what its engine gave (the same on a simulation)
-                self.addresses[node_plan.index] = call.result
-                self.reported.add(node_plan.index)
+        said = bringup.addresses_said(self.reads, todo, settle)
+        self.addresses.update(said)
+        self.reported.update(said)
 
     def wait_ready(self, timeout: float) -> None:
         """Until every NPU has joined Ray. A node whose container stops, freezes or vanishes
@@ -125,7 +125,7 @@ class Cluster:
         looking = self.watcher()
         tries: dict[tuple[int, str | None], int] = {}  # by node and Ray's words
         last = [float("-inf")]
-        gate = bringup.gate_for(list(zip(self.plan.nodes, self.nodes)), self.echo)
+        gate = bringup.gate_for(list(zip(self.plan.nodes, self.nodes)), self.echo, self.ids)
         pacing = gate.line()
         if pacing:
             self.echo(pacing)
@@ -163,7 +163,7 @@ class Cluster:
         marked: set[str] = set()
         ray.wait_for_npus(self.dashboard, expected, self.plan.total_npus, timeout, progress, lost_node)
         self.phases.mark("NPUs")
-        self.learn_addresses(wait=watch.ENGINE_PATIENCE)  # a node's engine silent longer: the run's watch names it
+        self.learn_addresses(settle=True)
 
     def start_again(self, index: int, attempt: int, why: str, box: watch.Box) -> watch.Box:
         """Start a worker's exited container again (Ray's start-up gave up: ``why``, watch.gave_up, as
@@ -192,7 +192,7 @@ class Cluster:
         self.remove_own(keep_claims=True)
         self.addresses.clear()
         self.reported.clear()
-        self.reads = bringup.address_reads()  # a read still out from the bring-up before is not this one's
+        self.reads, self.ids = bringup.address_reads(), {}  # a read still out from before is not this bring-up's
 
     def teardown(self) -> None:
         if self._torn_down:
@@ -239,7 +239,7 @@ def remove_run(nodes: list[Node], run: str, network: str | None, keep_claims_of:
     results, errors = on_every(remove, nodes)
     removed = len(set().union(*results))
     if errors:
-        raise errors[0]
+        raise first_error(errors)
     if network and nodes:
         # only a network carrying this run's label: a name from state.json alone is never enough
         for net in nodes[0].client.networks.list(names=[network], filters={"label": f"{LABEL_RUN}={run}"}):
@@ -462,10 +462,10 @@ def signal_name(number: int) -> str:
 
 def _taken_over_text(plan: RunPlan, nodes: list[Node]) -> str | None:
     """The line for a run whose name another `rlbox run --replace` holds now, if one does."""
-    try:
-        holder = sharing.holder_of_name(plan, nodes)
-    except Exception:  # noqa: BLE001 - an engine gone: not a takeover we can tell
-        return None
+    asked = Call(lambda _: sharing.holder_of_name(plan, nodes), None, time.monotonic())
+    if not asked.done.wait(watch.ENGINE_PATIENCE) or asked.error is not None:  # the head's engine gone or silent
+        return None  # not a takeover we can tell
+    holder = asked.result
     if holder and holder != plan.run_id:
         return (f"run '{plan.run}' (id {plan.run_id}) was taken over by another `rlbox run --replace --name {plan.run}` "
                 f"(run id {holder}); this one removed only its own containers and claims")

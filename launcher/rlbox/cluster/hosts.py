@@ -306,26 +306,41 @@ def silent(node, within: float) -> bool:
 
 class Rounds:
     """Calls of ``fn`` on items, made a round at a time beside a watch that names an engine's silence: a
-    round waits for its items' calls at most ``wait`` seconds, and one that has not come back then holds
+    round waits for the calls it makes at most ``wait`` seconds, and one that has not come back then holds
     nothing (an engine behind a cut network answers only at the client's timeout, 120 s) and is not made
-    again for its item (by ``key``) until it has; the round that finds it back hands it over."""
+    again for its item (by ``key``) until it has; the round that finds it back hands it over. One thread
+    a call (at 1,000 nodes whose engines all hang, one a node and a kind of call: the watch's file budget,
+    files_wanted, counts 64 a host)."""
 
     def __init__(self, fn, wait: float, key=lambda item: item):
         self.fn, self.wait, self.key = fn, wait, key
         self.out: dict = {}  # key -> (item, Call)
 
-    def round(self, items, wait: float | None = None) -> list:
-        """(item, Call) of every call back by the end of this round: made now or in an earlier one."""
-        mine = []
+    def round(self, items, wait: float | None = None, again: bool = False) -> list:
+        """(item, Call) of every call back by the end of this round: made now or in an earlier one (with
+        ``again``, one made earlier and still out is waited for too)."""
+        waited = []
         for item in items:
             if self.key(item) not in self.out:
                 self.out[self.key(item)] = (item, Call(self.fn, item, time.monotonic()))
-            mine.append(self.out[self.key(item)][1])
+                waited.append(self.out[self.key(item)][1])
+            elif again:
+                waited.append(self.out[self.key(item)][1])
         deadline = time.monotonic() + (self.wait if wait is None else wait)
-        for call in mine:
+        for call in waited:
             call.done.wait(max(0.0, deadline - time.monotonic()))
         back = [k for k, (_, call) in self.out.items() if call.done.is_set()]
         return [self.out.pop(k) for k in back]
+
+
+def first_error(errors: list[RlboxError]) -> RlboxError:
+    """The first of several hosts' errors, naming how many more hosts had one (by the words before each
+    line's first colon: its host), so a line about one host does not pass for all of them."""
+    if len(errors) < 2:
+        return errors[0]
+    names = [str(e).split(":", 1)[0] for e in errors[1:]]
+    more = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return RlboxError(f"{errors[0]} (the same on {more})", exit_code=errors[0].exit_code)
 
 
 def host_name_of(item) -> str:

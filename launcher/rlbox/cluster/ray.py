@@ -39,6 +39,8 @@ def nodes(base: str, timeout: float = 5.0, session: requests.Session | None = No
 
 
 POLL = 0.25  # seconds between two reads of Ray's node table while a cluster comes up
+POLL_TIMEOUT = 2.0  # seconds one of those reads may take (the watch's own, TABLE_TIMEOUT): a head cut off the
+# network holds each read this long, and the engines' looks between them wait for it
 
 
 def wait_for_npus(
@@ -62,7 +64,7 @@ def wait_for_npus(
         last_report = None
         while True:
             try:
-                last_seen = nodes(base, session=session)
+                last_seen = nodes(base, timeout=POLL_TIMEOUT, session=session)
             except (requests.RequestException, KeyError, ValueError):
                 pass  # dashboard not up yet
             alive = [n for n in last_seen if n.alive]

@@ -113,7 +113,7 @@ class SlurmBackend(Backend):
                 outcome = hosts_backend.run_plan(hplan, hrun_dir, hreq, replace(opts, detach=False, keep=False), io)
             except RlboxError as err:
                 if watch.ended:
-                    raise RlboxError(f"{watch.ended} (run '{req.name}': every node was cleaned up)", exit_code=2) from None
+                    raise RlboxError(ended_line(watch.ended, req.name, str(err)), exit_code=2) from None
                 raise
             if watch.ended and outcome.exit_code:
                 raise RlboxError(f"{watch.ended} (run '{req.name}')", exit_code=2)
@@ -159,3 +159,11 @@ class SlurmBackend(Backend):
 
 
 BACKEND = SlurmBackend()
+
+
+def ended_line(ended: str, run: str, err: str) -> str:
+    """The last line of a run whose allocation Slurm ended (``ended``) while rlbox ran it (``err``: how the
+    run failed); a node its teardown could not reach is still said (execute.last_line's "; then ...")."""
+    if "; then " not in err:
+        return f"{ended} (run '{run}': every node was cleaned up)"
+    return f"{ended} (run '{run}': the other nodes were cleaned up); then {err.rsplit('; then ', 1)[1]}"
