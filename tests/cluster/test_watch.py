@@ -727,3 +727,52 @@ def test_teardown_leaves_a_host_whose_engine_is_silent_after_its_patience_and_sa
     refusing[0].client.containers.list = lambda **kw: (_ for _ in ()).throw(ConnectionRefusedError("refused"))
     with pytest.raises(execute.RlboxError, match=r"^h2: cannot list run r's containers \(not reachable: refused\)"):
         execute.remove_run(refusing, "r", None, run_id="id")
+
+
+def test_ray_s_table_read_that_hangs_does_not_hold_the_looks_while_the_cluster_comes_up():
+    """A head cut off the network: each read of Ray's node table through its dashboard hangs for the read's
+    whole timeout (5 s), and the engines' looks (alive_check) ran only between reads, so a cut head was
+    named seconds late (bench/faults.py head-net-up: 5.5 s). The read is waited for at most a poll; the
+    looks keep their pace; a dashboard that answers fills the cluster as before."""
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from rlbox.cluster import ray as ray_mod
+
+    answer = threading.Event()
+
+    class Dashboard(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if not answer.wait(3):
+                return  # no answer: the client waits out its own timeout
+            rows = [{"node_ip": "10.0.0.1", "state": "ALIVE", "is_head_node": True, "resources_total": {"NPU": 8}}]
+            body = json.dumps({"data": {"result": {"result": rows}}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    looks: list[float] = []
+
+    def look():
+        looks.append(time.monotonic())
+        return "the head's engine is silent" if len(looks) >= 6 else None
+
+    began = time.monotonic()
+    try:
+        with pytest.raises(ray_mod.RlboxError, match=r"cluster not ready \(the head's engine is silent\): 0/8 NPUs"):
+            ray_mod.wait_for_npus(base, {"node0": "10.0.0.1"}, 8, 60, alive_check=look, poll=0.1)
+        assert time.monotonic() - began < 1.5  # 6 looks a poll apart, not one a hung read
+        answer.set()
+        assert [n.ip for n in ray_mod.wait_for_npus(base, {"node0": "10.0.0.1"}, 8, 60, poll=0.1)] == ["10.0.0.1"]
+    finally:
+        answer.set()
+        server.shutdown()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import requests
 
+from rlbox.cluster.hosts import Call
 from rlbox.core.errors import RlboxError
 
 
@@ -39,8 +40,6 @@ def nodes(base: str, timeout: float = 5.0, session: requests.Session | None = No
 
 
 POLL = 0.25  # seconds between two reads of Ray's node table while a cluster comes up
-POLL_TIMEOUT = 2.0  # seconds one of those reads may take (the watch's own, TABLE_TIMEOUT): a head cut off the
-# network holds each read this long, and the engines' looks between them wait for it
 
 
 def wait_for_npus(
@@ -56,17 +55,23 @@ def wait_for_npus(
 
     ``alive_check`` may report a fatal condition (a node container that exited) to stop early.
     On timeout, raise naming the nodes that never joined. The reads share one kept connection
-    (a new one a read cost the head's dashboard and this process ~3 ms more of CPU each).
+    (a new one a read cost the head's dashboard and this process ~3 ms more of CPU each), each on a
+    thread (hosts.Call) waited for at most ``poll``: one not back then (a head cut off the network holds
+    it its whole 5 s) is waited for again at the next poll, and ``alive_check`` keeps its pace meanwhile.
     """
     with requests.Session() as session:
         deadline = time.monotonic() + timeout
         last_seen: list[RayNode] = []
-        last_report = None
+        last_report = read = None
         while True:
-            try:
-                last_seen = nodes(base, timeout=POLL_TIMEOUT, session=session)
-            except (requests.RequestException, KeyError, ValueError):
-                pass  # dashboard not up yet
+            began = time.monotonic()
+            read = read or Call(lambda _: nodes(base, session=session), None, began)
+            if read.done.wait(poll):
+                if read.error is None:
+                    last_seen = read.result
+                elif not isinstance(read.error, (requests.RequestException, KeyError, ValueError)):
+                    raise read.error  # anything but a dashboard not up (yet) is raised, as it was
+                read = None
             alive = [n for n in last_seen if n.alive]
             have = sum(n.npus for n in alive)
             if progress and (len(alive), have) != last_report:
@@ -84,4 +89,4 @@ def wait_for_npus(
                     f"cluster not ready ({why}): {have}/{total} NPUs from {len(alive)}/{len(expected)} nodes; "
                     f"never joined: {names}"
                 )
-            time.sleep(poll)
+            time.sleep(max(0.0, poll - (time.monotonic() - began)))
