@@ -465,7 +465,12 @@ def test_one_host_s_error_names_the_others_that_had_one():
     one = RlboxError("h1: cannot list run r's containers (x); rerun `rlbox stop --name r`", exit_code=3)
     assert first_error([one]) is one
     many = first_error([one] + [RlboxError(f"h{i}: cannot list (y)") for i in range(2, 9)])
-    assert str(many) == f"{one} (the same on h2, h3, h4, h5, h6 and 2 more)" and many.exit_code == 3
+    assert str(many) == f"{one} (also on h2, h3, h4, h5, h6 and 2 more)" and many.exit_code == 3
+    # nodes sharing one engine (a simulation) say their host once, the first's not again; IPv6 keeps its colons
+    shared = first_error([one, RlboxError("h1: cannot list (x)"), RlboxError("fe80::1: cannot list (z)"),
+                          RlboxError("fe80::1: cannot list (z)")])
+    assert str(shared) == f"{one} (also on fe80::1)"
+    assert first_error([one, RlboxError("h1: cannot list (x)")]) is one
 
 
 def test_the_addresses_read_once_the_cluster_is_ready_wait_for_a_slow_engine_not_a_silent_one(monkeypatch):
@@ -506,5 +511,28 @@ def test_the_addresses_read_once_the_cluster_is_ready_wait_for_a_slow_engine_not
         reads = bringup.address_reads()
         assert bringup.addresses_said(reads, pairs, settle=True) == {0: "10.9.0.1", 1: "10.9.0.2"}
         assert time.monotonic() - began < 3.0 and set(reads.out) == {2}  # the silent one: left, still out
+    finally:
+        release.set()
+
+
+def test_the_last_address_read_waits_for_an_engine_that_answers_pings_only_so_long(monkeypatch):
+    """An engine that answers its ping but not the read (a stuck container lock): the read after the cluster
+    is ready gives up after SETTLE_WAIT, not the client's 120 s."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from rlbox.cluster import bringup
+
+    monkeypatch.setattr(bringup, "LOOK_WAIT", 0.05)
+    monkeypatch.setattr(bringup, "SETTLE_WAIT", 0.4)
+    release = threading.Event()
+    stuck = SimpleNamespace(client=SimpleNamespace(containers=SimpleNamespace(get=lambda name: release.wait(30)),
+                                                   ping=lambda: True))
+    began = time.monotonic()
+    try:
+        pairs = [(SimpleNamespace(index=0, container=SimpleNamespace(name="c0")), stuck)]
+        assert bringup.addresses_said(bringup.address_reads(), pairs, settle=True) == {}
+        assert time.monotonic() - began < 2.0
     finally:
         release.set()

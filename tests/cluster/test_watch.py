@@ -776,3 +776,37 @@ def test_ray_s_table_read_that_hangs_does_not_hold_the_looks_while_the_cluster_c
     finally:
         answer.set()
         server.shutdown()
+
+
+def test_the_takeover_check_waits_for_a_slow_head_engine_and_not_for_a_silent_one(monkeypatch):
+    """Before a lost node's restart, whether another `--replace` took the run's name over is read from the
+    head's engine: a slow one (its ping answers) is waited for, so a taken-over run ends saying so rather
+    than restarting into the other run; a silent one (cut off) is not, after ENGINE_PATIENCE."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from rlbox.cluster import execute
+
+    monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.2)
+    plan = SimpleNamespace(run="r", run_id="mine")
+    release = threading.Event()
+
+    def holder(answer_after: float, ping_hangs: bool):
+        def holder_of_name(plan, nodes):
+            if not release.wait(answer_after) and ping_hangs:
+                release.wait(30)
+            return "theirs"
+        node = SimpleNamespace(client=SimpleNamespace(ping=(lambda: release.wait(30)) if ping_hangs else (lambda: True)))
+        return holder_of_name, [node]
+
+    try:
+        fn, nodes = holder(0.6, False)
+        monkeypatch.setattr(execute.sharing, "holder_of_name", fn)
+        assert "was taken over by another `rlbox run --replace --name r` (run id theirs)" in execute._taken_over_text(plan, nodes)
+        fn, nodes = holder(0.6, True)
+        monkeypatch.setattr(execute.sharing, "holder_of_name", fn)
+        began = time.monotonic()
+        assert execute._taken_over_text(plan, nodes) is None and time.monotonic() - began < 1.0
+    finally:
+        release.set()

@@ -118,6 +118,9 @@ def said_address(pair: tuple[NodePlan, Node]) -> str | None:
     return reported_address(text)
 
 
+SETTLE_WAIT = 30.0  # seconds the read after the cluster is ready waits, at most, for engines that answer pings
+
+
 def address_reads() -> Rounds:
     """The reads of the nodes' address lines (said_address), by node, each waited for at most LOOK_WAIT."""
     return Rounds(said_address, LOOK_WAIT, key=lambda pair: pair[0].index)
@@ -126,15 +129,16 @@ def address_reads() -> Rounds:
 def addresses_said(reads: Rounds, pairs: list[tuple[NodePlan, Node]], settle: bool = False) -> dict[int, str]:
     """By node index, the addresses ``pairs``' nodes said, of the reads back within LOOK_WAIT. ``settle``
     (the cluster is ready: no look comes after): a read still out is waited for as long as its engine
-    answers its ping (a loaded engine: slow, not lost), and left only once that is silent for
-    ENGINE_PATIENCE (the run's watch names it)."""
+    answers its ping (a loaded engine: slow, not lost), up to SETTLE_WAIT in all (an engine that answers
+    its ping, not this read), and left once that is silent for ENGINE_PATIENCE (the run's watch names it)."""
     said: dict[int, str] = {}
+    deadline = time.monotonic() + SETTLE_WAIT
     while True:
         for (node_plan, _), call in reads.round(pairs, again=settle):
             if call.result:  # what the node says wins over what its engine gave (the same on a simulation)
                 said[node_plan.index] = call.result
         out = [pair for pair in pairs if reads.key(pair) in reads.out]
-        if not settle or not out:
+        if not settle or not out or time.monotonic() >= deadline:
             return said
         quiet, _ = on_every(lambda pair: silent(pair[1], ENGINE_PATIENCE), out)
         pairs = [pair for pair, gone in zip(out, quiet) if not gone]

@@ -271,14 +271,11 @@ class Outcome:
 def execute(
     plan: RunPlan,
     *,
-    run_dir: Path,
-    echo: Echo,
-    emit: Echo,
+    run_dir: Path, echo: Echo, emit: Echo,
     timeout: float = 300, replace: bool = False, detach: bool = False, keep: bool = False,
-    bring_up_only: bool = False, max_restarts: int = 0,
+    bring_up_only: bool = False, max_restarts: int = 0, tty: bool = False,
     before: Callable[[list[Node]], None] | None = None,
     on_failure: Callable[[list[Node], Path], str | None] | None = None,
-    tty: bool = False,
     deliver: Callable[..., object] | None = None,
 ) -> Outcome:
     """Carry out the plan. Tears everything down on failure, Ctrl-C, SIGTERM, or at the end.
@@ -463,8 +460,11 @@ def signal_name(number: int) -> str:
 def _taken_over_text(plan: RunPlan, nodes: list[Node]) -> str | None:
     """The line for a run whose name another `rlbox run --replace` holds now, if one does."""
     asked = Call(lambda _: sharing.holder_of_name(plan, nodes), None, time.monotonic())
-    if not asked.done.wait(watch.ENGINE_PATIENCE) or asked.error is not None:  # the head's engine gone or silent
-        return None  # not a takeover we can tell
+    while not asked.done.wait(watch.ENGINE_PATIENCE):  # a slow engine (its ping answers) is waited for
+        if silent(nodes[0], watch.ENGINE_PATIENCE):
+            return None  # the head's engine silent: not a takeover we can tell
+    if asked.error is not None:  # an engine gone: neither
+        return None
     holder = asked.result
     if holder and holder != plan.run_id:
         return (f"run '{plan.run}' (id {plan.run_id}) was taken over by another `rlbox run --replace --name {plan.run}` "

@@ -334,13 +334,15 @@ class Rounds:
 
 
 def first_error(errors: list[RlboxError]) -> RlboxError:
-    """The first of several hosts' errors, naming how many more hosts had one (by the words before each
-    line's first colon: its host), so a line about one host does not pass for all of them."""
-    if len(errors) < 2:
+    """The first of several hosts' errors, naming the other hosts that had one (each line's words before
+    its first ": ", its host; an IPv6 address keeps its colons), so a line about one host does not pass
+    for all of them."""
+    first = str(errors[0]).split(": ", 1)[0]
+    names = list(dict.fromkeys(n for n in (str(e).split(": ", 1)[0] for e in errors[1:]) if n != first))
+    if not names:
         return errors[0]
-    names = [str(e).split(":", 1)[0] for e in errors[1:]]
     more = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return RlboxError(f"{errors[0]} (the same on {more})", exit_code=errors[0].exit_code)
+    return RlboxError(f"{errors[0]} (also on {more})", exit_code=errors[0].exit_code)
 
 
 def host_name_of(item) -> str:
