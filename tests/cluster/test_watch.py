@@ -810,3 +810,30 @@ def test_the_takeover_check_waits_for_a_slow_head_engine_and_not_for_a_silent_on
         assert execute._taken_over_text(plan, nodes) is None and time.monotonic() - began < 1.0
     finally:
         release.set()
+
+
+def test_a_worker_started_again_on_an_engine_that_does_not_answer_holds_the_bring_up_only_a_look(monkeypatch):
+    """Starting a worker again (Ray's start-up gave up on it) is an engine call: one that does not come back
+    within LOOK_WAIT leaves the node to the watch's next look (not answering: named after ENGINE_PATIENCE),
+    instead of holding the bring-up's loop until the client's 120 s."""
+    import threading
+    import time
+
+    monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
+    release = threading.Event()
+
+    class Container:
+        status = "exited"
+
+        def start(self):
+            release.wait(30)
+
+    said = []
+    cluster = _cluster_of({"c0": Container(), "c1": Container()}, said.append)
+    began = time.monotonic()
+    try:
+        box = cluster.start_again(1, 1, watch.RAY_START_TIMED_OUT, watch.Box("exited", 1))
+        assert box.status == watch.UNREACHABLE and time.monotonic() - began < 1.0
+        assert said[-1].startswith("node1 (h1): Ray's start-up gave up (") and said[-1].endswith("starting it again (1/8)")
+    finally:
+        release.set()

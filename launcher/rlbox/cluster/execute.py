@@ -166,15 +166,15 @@ class Cluster:
         self.learn_addresses(settle=True)
 
     def start_again(self, index: int, attempt: int, why: str, box: watch.Box) -> watch.Box:
-        """Start a worker's exited container again (Ray's start-up gave up: ``why``, watch.gave_up, as
-        its engine said in ``box``); what its engine then says of it."""
+        """Start a worker's exited container again (Ray's start-up gave up: ``why``, watch.gave_up); what then."""
         node_plan, node = self.plan.nodes[index], self.nodes[index]
         self.echo(f"{node_plan.label}: Ray's start-up gave up ({watch.said_when_gave_up(why, box)}); "
                   f"starting it again ({attempt}/{watch.budget(why)})")
-        try:
-            node.client.containers.get(node_plan.container.name).start()
-        except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names it
-            self.echo(f"{node_plan.label}: cannot start it again: {engine.reason(err)}")
+        call = Call(lambda _: node.client.containers.get(node_plan.container.name).start(), None, time.monotonic())
+        if not call.done.wait(watch.LOOK_WAIT):  # its engine slow or silent: the watch's next look tells which
+            return watch.Box(watch.UNREACHABLE)
+        if call.error is not None:  # gone meanwhile, or its engine: the watch names it
+            self.echo(f"{node_plan.label}: cannot start it again: {engine.reason(call.error)}")
             return watch.Box("exited", None, watch.RAY_START_TIMED_OUT)
         return watch.Box("running")
 
