@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlbox.cluster.hosts import Node, Rounds, on_every, silent
+from rlbox.cluster.hosts import Node, Rounds, awaited, on_every
 from rlbox.cluster.plan import NodePlan, RunPlan
 from rlbox.cluster.ray_node import START_FIRST, gated, go_archive, paced, released
 from rlbox.cluster.watch import ENGINE_PATIENCE, LOOK_WAIT, reported_address
@@ -86,25 +86,20 @@ class Gate:
                 "(nodes share one machine's CPUs, or a node's machine is not known)")
 
     def _go(self, pair: tuple[NodePlan, Node]) -> str | None:
-        """One worker's go: its go file, then the signal (either alone is a go); why neither could be given
-        (None: given)."""
+        """One worker's go, to its container's id (or name): its go file, then the signal (either alone is a
+        go); why neither could be given (None: given)."""
         node_plan, node = pair
-        return go(node, self.ids.get(node_plan.index) or node_plan.container.name,
-                  dict(node_plan.container.env)["RLBOX_GO_FILE"])
-
-
-def go(node: Node, name: str, path: str) -> str | None:
-    """Container ``name``'s go (its id, or its name): the go file at ``path``, then SIGUSR1."""
-    why = None
-    try:
-        node.client.api.put_archive(name, path.rsplit("/", 1)[0], go_archive(path))
-    except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names that
-        why = engine.reason(err)
-    try:
-        node.client.api.kill(name, signal="SIGUSR1")
-    except Exception:  # noqa: BLE001 - stopped meanwhile: the file is its go when it starts again
-        return why
-    return None
+        name, path = self.ids.get(node_plan.index) or node_plan.container.name, dict(node_plan.container.env)["RLBOX_GO_FILE"]
+        why = None
+        try:
+            node.client.api.put_archive(name, path.rsplit("/", 1)[0], go_archive(path))
+        except Exception as err:  # noqa: BLE001 - gone meanwhile, or its engine: the watch names that
+            why = engine.reason(err)
+        try:
+            node.client.api.kill(name, signal="SIGUSR1")
+        except Exception:  # noqa: BLE001 - stopped meanwhile: the file is its go when it starts again
+            return why
+        return None
 
 
 def said_address(pair: tuple[NodePlan, Node]) -> str | None:
@@ -131,19 +126,14 @@ def addresses_said(reads: Rounds, pairs: list[tuple[NodePlan, Node]], settle: bo
     (the cluster is ready: no look comes after): a read still out is waited for as long as its engine
     answers its ping (a loaded engine: slow, not lost), up to SETTLE_WAIT in all (an engine that answers
     its ping, not this read), and left once that is silent for ENGINE_PATIENCE (the run's watch names it)."""
-    said: dict[int, str] = {}
-    deadline = time.monotonic() + SETTLE_WAIT
-    while True:
-        for (node_plan, _), call in reads.round(pairs, again=settle):
-            if call.result:  # what the node says wins over what its engine gave (the same on a simulation)
-                said[node_plan.index] = call.result
-        out = [pair for pair in pairs if reads.key(pair) in reads.out]
-        if not settle or not out or time.monotonic() >= deadline:
-            return said
-        quiet, _ = on_every(lambda pair: silent(pair[1], ENGINE_PATIENCE), out)
-        pairs = [pair for pair, gone in zip(out, quiet) if not gone]
-        if not pairs:
-            return said
+    back = reads.round(pairs)
+    if settle:
+        until = time.monotonic() + SETTLE_WAIT
+        out = [(pair[1], reads.out[reads.key(pair)][1]) for pair in pairs if reads.key(pair) in reads.out]
+        on_every(lambda node_call: awaited(node_call[1], node_call[0], ENGINE_PATIENCE, until), out)
+        back += reads.round([])
+    # what the node says wins over what its engine gave (the same on a simulation)
+    return {node_plan.index: call.result for (node_plan, _), call in back if call.result}
 
 
 def gate_for(nodes: list[tuple[NodePlan, Node]], echo: Callable[[str], None], ids: dict[int, str] | None = None) -> Gate:

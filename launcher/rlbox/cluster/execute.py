@@ -17,7 +17,7 @@ import requests
 from rlbox.cluster import bringup, driver, jobs, probe, ray, sharing, sim, watch
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
-from rlbox.cluster.hosts import Call, Node, Rounds, connect_all, first_error, on_every, silent
+from rlbox.cluster.hosts import Call, Node, Rounds, awaited, connect_all, first_error, on_every, silent
 from rlbox.cluster.plan import LABEL_RUN, LABEL_RUN_ID, NodePlan, RunPlan
 from rlbox.cluster.state import STATE_FILE, Phase, RunState, restart_line
 from rlbox.verl import job as verl_job
@@ -460,11 +460,8 @@ def signal_name(number: int) -> str:
 def _taken_over_text(plan: RunPlan, nodes: list[Node]) -> str | None:
     """The line for a run whose name another `rlbox run --replace` holds now, if one does."""
     asked = Call(lambda _: sharing.holder_of_name(plan, nodes), None, time.monotonic())
-    while not asked.done.wait(watch.ENGINE_PATIENCE):  # a slow engine (its ping answers) is waited for
-        if silent(nodes[0], watch.ENGINE_PATIENCE):
-            return None  # the head's engine silent: not a takeover we can tell
-    if asked.error is not None:  # an engine gone: neither
-        return None
+    if not awaited(asked, nodes[0], watch.ENGINE_PATIENCE) or asked.error is not None:
+        return None  # the head's engine silent or gone: not a takeover we can tell
     holder = asked.result
     if holder and holder != plan.run_id:
         return (f"run '{plan.run}' (id {plan.run_id}) was taken over by another `rlbox run --replace --name {plan.run}` "

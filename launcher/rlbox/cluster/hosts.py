@@ -304,6 +304,16 @@ def silent(node, within: float) -> bool:
     return not Call(lambda n: n.client.ping(), node, time.monotonic()).done.wait(within)
 
 
+def awaited(call: Call, node, patience: float, until: float | None = None) -> bool:
+    """Whether ``call`` (one of ``node``'s engine calls) came back, waited for as long as that engine answers
+    its ping (a loaded engine: slow, not lost): False once the ping too is silent for ``patience``, or at
+    ``until`` (time.monotonic()'s clock)."""
+    while not call.done.wait(patience if until is None else max(0.0, min(patience, until - time.monotonic()))):
+        if (until is not None and time.monotonic() >= until) or silent(node, patience):
+            return False
+    return True
+
+
 class Rounds:
     """Calls of ``fn`` on items, made a round at a time beside a watch that names an engine's silence: a
     round waits for the calls it makes at most ``wait`` seconds, and one that has not come back then holds
@@ -316,17 +326,14 @@ class Rounds:
         self.fn, self.wait, self.key = fn, wait, key
         self.out: dict = {}  # key -> (item, Call)
 
-    def round(self, items, wait: float | None = None, again: bool = False) -> list:
-        """(item, Call) of every call back by the end of this round: made now or in an earlier one (with
-        ``again``, one made earlier and still out is waited for too)."""
+    def round(self, items) -> list:
+        """(item, Call) of every call back by the end of this round: made now or in an earlier one."""
         waited = []
         for item in items:
             if self.key(item) not in self.out:
                 self.out[self.key(item)] = (item, Call(self.fn, item, time.monotonic()))
                 waited.append(self.out[self.key(item)][1])
-            elif again:
-                waited.append(self.out[self.key(item)][1])
-        deadline = time.monotonic() + (self.wait if wait is None else wait)
+        deadline = time.monotonic() + self.wait
         for call in waited:
             call.done.wait(max(0.0, deadline - time.monotonic()))
         back = [k for k, (_, call) in self.out.items() if call.done.is_set()]
