@@ -213,10 +213,14 @@ def test_ids_are_said_as_slurm_writes_them(ids, text):
 def test_a_run_slurm_ended_still_names_a_node_its_teardown_could_not_reach():
     from rlbox.backends.slurm.backend import ended_line
 
+    from rlbox.cluster.ending import Ending, last_line
+
     ended = "Slurm ended allocation 7 (TIMEOUT)"
-    assert ended_line(ended, "r", "run 'r' failed: x; every node was cleaned up") == \
+    assert ended_line(ended, "r", Ending("run 'r' failed: x").completed(True)) == \
         f"{ended} (run 'r': every node was cleaned up)"
-    gone = "h2: cannot list run r's containers (its engine has not answered for 10 s); rerun `rlbox stop --name r`"
-    assert ended_line(ended, "r", f"run 'r' failed: x; the other nodes were cleaned up; then {gone}") == \
+    gone = RlboxError("h2: cannot list run r's containers (its engine has not answered for 10 s); rerun `rlbox stop --name r`")
+    assert ended_line(ended, "r", last_line(Ending("run 'r' failed: x"), gone)) == \
         f"{ended} (run 'r': the other nodes were cleaned up); then {gone}"
+    assert ended_line(ended, "r", last_line(RlboxError("run 'r': Ray not ready"), gone)) == f"{ended} (run 'r'); then {gone}"
+    assert ended_line(ended, "r", RlboxError("run 'r': Ray not ready")) == f"{ended} (run 'r')"  # says nothing it was not told
 

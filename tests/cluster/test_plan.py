@@ -462,15 +462,25 @@ def test_a_go_goes_to_the_container_started_not_to_one_of_the_same_name_that_rep
 def test_one_host_s_error_names_the_others_that_had_one():
     from rlbox.cluster.hosts import first_error
 
-    one = RlboxError("h1: cannot list run r's containers (x); rerun `rlbox stop --name r`", exit_code=3)
-    assert first_error([one]) is one
-    many = first_error([one] + [RlboxError(f"h{i}: cannot list (y)") for i in range(2, 9)])
+    from types import SimpleNamespace
+
+    from rlbox.cluster.hosts import on_every
+
+    def errors(*hosts):  # as on_every hands them over: each with the host it is about
+        def fail(host):
+            raise RlboxError(f"{host.name}: cannot list (y)", exit_code=3) if host.name == hosts[0] else \
+                ValueError("no engine")
+        return on_every(fail, [SimpleNamespace(name=h) for h in hosts])[1]
+
+    one = errors("h1")[0]
+    assert first_error([one]) is one and one.host == "h1"
+    many = first_error(errors("h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"))
     assert str(many) == f"{one} (also on h2, h3, h4, h5, h6 and 2 more)" and many.exit_code == 3
     # nodes sharing one engine (a simulation) say their host once, the first's not again; IPv6 keeps its colons
-    shared = first_error([one, RlboxError("h1: cannot list (x)"), RlboxError("fe80::1: cannot list (z)"),
-                          RlboxError("fe80::1: cannot list (z)")])
-    assert str(shared) == f"{one} (also on fe80::1)"
-    assert first_error([one, RlboxError("h1: cannot list (x)")]) is one
+    assert str(first_error(errors("h1", "h1", "fe80::1", "fe80::1"))) == f"{one} (also on fe80::1)"
+    assert str(first_error(errors("h1", "h1"))) == str(one)
+    # a host is named from what it is about, not read back from its error's words
+    assert str(first_error([one, RlboxError("h9: x")])) == str(one)
 
 
 def test_the_addresses_read_once_the_cluster_is_ready_wait_for_a_slow_engine_not_a_silent_one(monkeypatch):

@@ -803,7 +803,7 @@ def test_the_takeover_check_waits_for_a_slow_head_engine_and_not_for_a_silent_on
     try:
         fn, nodes = holder(0.6, False)
         monkeypatch.setattr(execute.sharing, "holder_of_name", fn)
-        assert "was taken over by another `rlbox run --replace --name r` (run id theirs)" in execute._taken_over_text(plan, nodes)
+        assert "was taken over by another `rlbox run --replace --name r` (run id theirs)" in str(execute._taken_over_text(plan, nodes))
         fn, nodes = holder(0.6, True)
         monkeypatch.setattr(execute.sharing, "holder_of_name", fn)
         began = time.monotonic()

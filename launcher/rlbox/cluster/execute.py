@@ -15,6 +15,7 @@ from pathlib import Path
 import requests
 
 from rlbox.cluster import bringup, driver, jobs, probe, ray, sharing, sim, watch
+from rlbox.cluster.ending import Ending, last_line
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.hosts import Call, Node, Rounds, awaited, connect_all, first_error, on_every, silent
@@ -393,23 +394,22 @@ def execute(
                         pass
                 if cleanup:
                     run.failed("INTERRUPTED", code, f"interrupted by {signal_name(code - 128)}")
-                raise RlboxError("interrupted; every node was cleaned up", exit_code=code) from None
+                raise Ending("interrupted", exit_code=code) from None
             except OSError as err:  # the runs dir full or read-only; requests' errors are OSErrors too
                 what = f"cannot write {err.filename}: {err.strerror}" if err.filename else engine.reason(err)
                 if cleanup:
                     run.failed("FAILED", 2, what)
-                raise RlboxError(f"run '{plan.run}' failed: {what}; "
-                                 + ("every node was cleaned up" if cleanup else "nothing was started")
-                                 + run.unsaved()) from None
+                raise Ending(f"run '{plan.run}' failed: {what}", tail=run.unsaved()) from None
             except RlboxError as err:
                 if cleanup:
                     if run.record.phase is not Phase.FINISHED:
                         run.failed("FAILED", err.exit_code, str(err))
                     taken = _taken_over_text(plan, nodes)
                     if taken:
-                        raise RlboxError(taken + run.unsaved()) from None
+                        raise taken.with_tail(run.unsaved()) from None
                 if run.unsaved():
-                    raise RlboxError(str(err) + run.unsaved(), exit_code=err.exit_code) from None
+                    raise (err.with_tail(run.unsaved()) if isinstance(err, Ending)
+                           else RlboxError(str(err) + run.unsaved(), exit_code=err.exit_code)) from None
                 raise
     except BaseException as err:
         ending = err
@@ -427,14 +427,8 @@ def execute(
             else:
                 for node in nodes:
                     node.close()
-
-
-def last_line(ending: BaseException | None, teardown: RlboxError) -> RlboxError:
-    """A run whose teardown failed ends on the cause that ended it (a lost node), then the teardown's line."""
-    if isinstance(ending, RlboxError) and str(ending) and str(ending) not in str(teardown):
-        said = str(ending).replace("every node was cleaned up", "the other nodes were cleaned up")
-        return RlboxError(f"{said}; then {teardown}", exit_code=ending.exit_code)
-    return teardown
+            if isinstance(ending, Ending):  # noqa: B012 - only now can the line say what the teardown did
+                raise ending.completed(cleanup) from None
 
 
 def _record_run_id(path: Path) -> str | None:
@@ -457,15 +451,16 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _taken_over_text(plan: RunPlan, nodes: list[Node]) -> str | None:
-    """The line for a run whose name another `rlbox run --replace` holds now, if one does."""
+def _taken_over_text(plan: RunPlan, nodes: list[Node]) -> Ending | None:
+    """The end of a run whose name another `rlbox run --replace` holds now, if one does."""
     asked = Call(lambda _: sharing.holder_of_name(plan, nodes), None, time.monotonic())
     if not awaited(asked, nodes[0], watch.ENGINE_PATIENCE) or asked.error is not None:
         return None  # the head's engine silent or gone: not a takeover we can tell
     holder = asked.result
     if holder and holder != plan.run_id:
-        return (f"run '{plan.run}' (id {plan.run_id}) was taken over by another `rlbox run --replace --name {plan.run}` "
-                f"(run id {holder}); this one removed only its own containers and claims")
+        return Ending(f"run '{plan.run}' (id {plan.run_id}) was taken over by another `rlbox run --replace --name "
+                      f"{plan.run}` (run id {holder})", cleaned="this one removed only its own containers and claims",
+                      partly="this one removed only its own containers and claims, on the nodes it could reach")
     return None
 
 
@@ -485,7 +480,7 @@ def _taken_over(plan: RunPlan, nodes: list[Node]) -> None:
     """No restart for a run that another --replace took over: it ends, saying so."""
     taken = _taken_over_text(plan, nodes)
     if taken:
-        raise RlboxError(taken)
+        raise taken
 
 
 @dataclass
@@ -523,8 +518,8 @@ class _Run:
     def lost(self, cause: str, attempt: int) -> RlboxError:
         """A node lost with no restart left: recorded, and the error that ends the run."""
         self.advance(Phase.FINISHED, status="NODE_LOST", exit_code=NODE_LOST_EXIT, lost=cause, reason=cause)
-        return RlboxError(f"run '{self.plan.run}' failed: {cause}" + (f" (after {attempt} restart(s))" if attempt else "")
-                          + "; every node was cleaned up" + self.unsaved(), exit_code=NODE_LOST_EXIT)
+        return Ending(f"run '{self.plan.run}' failed: {cause}" + (f" (after {attempt} restart(s))" if attempt else ""),
+                      exit_code=NODE_LOST_EXIT)
 
     def advance(self, phase: Phase, **changes) -> None:
         self.record = self.record.advance(phase, **changes)
@@ -573,7 +568,7 @@ def _follow(client: jobs.JobsClient, submission: str, cluster: Cluster, log_path
                 return client.follow(submission, both, tick=tick, stop_on_loss=True)
             except jobs.LostContact as lost:
                 watcher.check(force=True)  # a lost head is named as such
-                raise RlboxError(f"{lost}; every node was cleaned up") from None
+                raise Ending(str(lost), exit_code=lost.exit_code) from None
     except OSError as err:  # the log file cannot be written (a full runs dir): name it
         if isinstance(err, requests.RequestException) or err.filename:
             raise

@@ -276,6 +276,9 @@ def on_every(fn, items) -> tuple[list, list[RlboxError]]:
             errors.append(err)
         except Exception as err:  # noqa: BLE001
             errors.append(RlboxError(f"{host_name_of(item)}: {type(err).__name__}: {' '.join(str(err).split())[:200]}"))
+        else:
+            continue
+        errors[-1].host = host_name_of(item)  # the host it is about, for first_error
     return results, errors
 
 
@@ -341,11 +344,10 @@ class Rounds:
 
 
 def first_error(errors: list[RlboxError]) -> RlboxError:
-    """The first of several hosts' errors, naming the other hosts that had one (each line's words before
-    its first ": ", its host; an IPv6 address keeps its colons), so a line about one host does not pass
-    for all of them."""
-    first = str(errors[0]).split(": ", 1)[0]
-    names = list(dict.fromkeys(n for n in (str(e).split(": ", 1)[0] for e in errors[1:]) if n != first))
+    """The first of ``on_every``'s errors, naming the other hosts that had one (each error's ``host``), so a
+    line about one host does not pass for all of them."""
+    first = getattr(errors[0], "host", None)
+    names = list(dict.fromkeys(n for n in (getattr(e, "host", None) for e in errors[1:]) if n and n != first))
     if not names:
         return errors[0]
     more = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

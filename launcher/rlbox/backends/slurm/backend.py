@@ -17,6 +17,7 @@ from rlbox.backends.base import Backend, Io, RunOptions
 from rlbox.backends.slurm import execute as sx
 from rlbox.backends.slurm import plan as sp
 from rlbox.cluster import launch
+from rlbox.cluster.ending import Ended
 from rlbox.cluster import spec as cluster
 from rlbox.core import names as run_names
 from rlbox.core.errors import RlboxError
@@ -113,7 +114,7 @@ class SlurmBackend(Backend):
                 outcome = hosts_backend.run_plan(hplan, hrun_dir, hreq, replace(opts, detach=False, keep=False), io)
             except RlboxError as err:
                 if watch.ended:
-                    raise RlboxError(ended_line(watch.ended, req.name, str(err)), exit_code=2) from None
+                    raise RlboxError(ended_line(watch.ended, req.name, err), exit_code=2) from None
                 raise
             if watch.ended and outcome.exit_code:
                 raise RlboxError(f"{watch.ended} (run '{req.name}')", exit_code=2)
@@ -161,9 +162,11 @@ class SlurmBackend(Backend):
 BACKEND = SlurmBackend()
 
 
-def ended_line(ended: str, run: str, err: str) -> str:
+def ended_line(ended: str, run: str, err: RlboxError) -> str:
     """The last line of a run whose allocation Slurm ended (``ended``) while rlbox ran it (``err``: how the
-    run failed); a node its teardown could not reach is still said (execute.last_line's "; then ...")."""
-    if "; then " not in err:
-        return f"{ended} (run '{run}': every node was cleaned up)"
-    return f"{ended} (run '{run}': the other nodes were cleaned up); then {err.rsplit('; then ', 1)[1]}"
+    run failed): what its teardown did, and a node it could not reach, when the run's line says them
+    (ending.Ended); nothing about the nodes when it does not."""
+    if not isinstance(err, Ended):
+        return f"{ended} (run '{run}')"
+    return (f"{ended} (run '{run}'" + (f": {err.cleanup})" if err.cleanup else ")")
+            + (f"; then {err.unreached}" if err.unreached else ""))
