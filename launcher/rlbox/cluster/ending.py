@@ -40,15 +40,31 @@ class Ended(RlboxError):
 
     def __init__(self, cause: str, cleanup: str | None, unreached: RlboxError | None, tail: str = "",
                  exit_code: int | None = None):
-        text = cause + (f"; {cleanup}" if cleanup else "") + tail + (f"; then {unreached}" if unreached else "")
-        super().__init__(text, exit_code)
+        said = cause + (f"; {cleanup}" if cleanup else "") + tail
+        super().__init__(f"{said}; then {unreached}" if said and unreached else said or str(unreached), exit_code)
         self.cause, self.cleanup, self.unreached = cause, cleanup, unreached
 
 
-def last_line(ending: BaseException | None, teardown: RlboxError) -> RlboxError:
-    """A run whose teardown failed ends on the cause that ended it (a lost node), then the teardown's line."""
+def last_line(ending: BaseException | None, teardown: RlboxError) -> Ended:
+    """A run whose teardown failed ends on the cause that ended it (a lost node), then the teardown's line
+    (alone when nothing else ended the run, or the cause is the teardown's own)."""
     if isinstance(ending, Ending):
         return ending.completed(True, teardown)
     if isinstance(ending, RlboxError) and str(ending) and str(ending) not in str(teardown):
         return Ended(str(ending), None, teardown, exit_code=ending.exit_code)
-    return teardown
+    return Ended("", None, teardown, exit_code=teardown.exit_code)
+
+
+def cleanup_of(err: RlboxError) -> str | None:
+    """What the teardown of the run that ``err`` ended did, in words, when execute said or noted it (an
+    ``Ended``'s, or ``cleanup`` noted on another error it let through); None: not known."""
+    return getattr(err, "cleanup", None)
+
+
+def signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -15,12 +15,12 @@ from pathlib import Path
 import requests
 
 from rlbox.cluster import bringup, driver, jobs, probe, ray, sharing, sim, watch
-from rlbox.cluster.ending import Ending, last_line
+from rlbox.cluster.ending import CLEANED, NOTHING, Ending, last_line, signal_name
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
 from rlbox.cluster.hosts import Call, Node, Rounds, awaited, connect_all, first_error, on_every, silent
 from rlbox.cluster.plan import LABEL_RUN, LABEL_RUN_ID, NodePlan, RunPlan
-from rlbox.cluster.state import STATE_FILE, Phase, RunState, restart_line
+from rlbox.cluster.state import STATE_FILE, Phase, RunState, record_run_id, restart_line
 from rlbox.verl import job as verl_job
 
 Echo = Callable[[str], None]
@@ -411,6 +411,14 @@ def execute(
                     raise (err.with_tail(run.unsaved()) if isinstance(err, Ending)
                            else RlboxError(str(err) + run.unsaved(), exit_code=err.exit_code)) from None
                 raise
+    except KeyboardInterrupt as interrupt:  # one that came while an end was being said (a takeover check waits)
+        engine.ignore_interrupts()
+        code = engine.exit_code_of(interrupt)
+        if cleanup and run.record.phase is not Phase.FINISHED:
+            run.failed("INTERRUPTED", code, f"interrupted by {signal_name(code - 128)}")
+        said = interrupt.__context__
+        ending = Ending(f"{said}; interrupted" if isinstance(said, RlboxError) else "interrupted", exit_code=code)
+        raise ending from None
     except BaseException as err:
         ending = err
         raise
@@ -429,26 +437,8 @@ def execute(
                     node.close()
             if isinstance(ending, Ending):  # noqa: B012 - only now can the line say what the teardown did
                 raise ending.completed(cleanup) from None
-
-
-def _record_run_id(path: Path) -> str | None:
-    """The run id of the record at ``path`` (None: no readable record)."""
-    import json
-
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data.get("run_id") if isinstance(data, dict) else None
-
-
-def signal_name(number: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
+            if isinstance(ending, RlboxError):  # its line unchanged; what the teardown did noted for a caller's line
+                ending.cleanup = CLEANED if cleanup else NOTHING
 
 
 def _taken_over_text(plan: RunPlan, nodes: list[Node]) -> Ending | None:
@@ -497,7 +487,7 @@ class _Run:
     def save(self) -> None:
         """Write the record; a failure to (a full runs dir) is said once and kept for the last line.
         Once another run of the name (a --replace) has written its own record there, never again."""
-        if self.saved and _record_run_id(self.path) not in (self.plan.run_id, None):
+        if self.saved and record_run_id(self.path) not in (self.plan.run_id, None):
             return
         self.saved = True
         try:

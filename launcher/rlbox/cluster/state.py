@@ -143,6 +143,15 @@ class RunState:
                 f.truncate()
 
 
+def record_run_id(path: Path) -> str | None:
+    """The run id of the record at ``path`` (None: no readable record)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get("run_id") if isinstance(data, dict) else None
+
+
 def restart_line(r: dict[str, Any]) -> str:
     step = r.get("resumed_step")
     resumed = f"; resumed from step {step}" if step is not None else ""

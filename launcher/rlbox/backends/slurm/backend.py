@@ -17,7 +17,7 @@ from rlbox.backends.base import Backend, Io, RunOptions
 from rlbox.backends.slurm import execute as sx
 from rlbox.backends.slurm import plan as sp
 from rlbox.cluster import launch
-from rlbox.cluster.ending import Ended
+from rlbox.cluster.ending import Ended, cleanup_of
 from rlbox.cluster import spec as cluster
 from rlbox.core import names as run_names
 from rlbox.core.errors import RlboxError
@@ -164,9 +164,8 @@ BACKEND = SlurmBackend()
 
 def ended_line(ended: str, run: str, err: RlboxError) -> str:
     """The last line of a run whose allocation Slurm ended (``ended``) while rlbox ran it (``err``: how the
-    run failed): what its teardown did, and a node it could not reach, when the run's line says them
-    (ending.Ended); nothing about the nodes when it does not."""
-    if not isinstance(err, Ended):
-        return f"{ended} (run '{run}')"
-    return (f"{ended} (run '{run}'" + (f": {err.cleanup})" if err.cleanup else ")")
-            + (f"; then {err.unreached}" if err.unreached else ""))
+    run failed): what its teardown did and a node it could not reach, as the run's end noted them
+    (ending.Ended, ending.cleanup_of); nothing about the nodes where it did not."""
+    cleanup = cleanup_of(err)
+    unreached = err.unreached if isinstance(err, Ended) else None
+    return f"{ended} (run '{run}'" + (f": {cleanup})" if cleanup else ")") + (f"; then {unreached}" if unreached else "")
