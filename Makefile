@@ -148,6 +148,7 @@ bench: sim-image
 	$(PYTHON) bench/log_follow.py
 	$(PYTHON) bench/verl_overhead.py
 	$(PYTHON) bench/faults.py
+	$(PYTHON) bench/watch_scale.py
 
 # tests/cluster/test_log_on_loss.py N times (CI runs it once) with LOAD busy processes beside it.
 N ?= 10
