@@ -266,6 +266,7 @@ def _engines(release, *hang: bool, slow: bool = False) -> list:
     """Nodes whose engine says "running" at once or, where ``hang``, only once ``release`` is set
     (a host cut off the network: docker-py's call waits up to 120 s, its ping too); ``slow``: an
     engine that answers its ping at once but a container's inspection only then (a loaded engine)."""
+    import time
 
     class Box_:
         status = "running"
@@ -286,6 +287,7 @@ def _engines(release, *hang: bool, slow: bool = False) -> list:
         def ping(self):
             if self.containers.hang and not slow:
                 release.wait(30)
+            time.sleep(0.02)  # a round trip over the host's tunnel: an answer is never there at once
             self.pings += 1
             return True
 
@@ -361,18 +363,22 @@ def test_an_engine_that_refuses_is_named_after_the_patience_not_at_the_next_look
     assert time.monotonic() - began < 1.0  # the 30 s period did not hold it
 
 
-def test_a_slow_engine_that_answers_its_ping_is_not_a_lost_node(monkeypatch):
+@pytest.mark.parametrize("every", [0.0, 30.0])
+def test_a_slow_engine_that_answers_its_ping_is_not_a_lost_node(monkeypatch, every):
     """A loaded machine: the engine takes longer than the patience to inspect a container (ci3, the last
     CI: "its engine has not answered for 4 s", a node lost mid-run and the run failed) but answers its
-    ping: the node is not named; once the inspection comes back, the watch goes on as before."""
+    ping: the node is not named; once the inspection comes back, the watch goes on as before. Also where
+    looks are far apart (``every`` 30 s: the period at 1,920 nodes, watch.period): its ping is asked again
+    between looks (bench/watch_scale.py found it named at the first overdue tick, its last ping too old)."""
     import threading
     import time
 
     monkeypatch.setattr(watch, "ENGINE_PATIENCE", 0.6)
     monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
+    monkeypatch.setattr(watch, "PING_EVERY", 0.2)  # a third of the patience, as 1 s is of 3 s
     release = threading.Event()
     nodes = _engines(release, False, True, slow=True)
-    w = watch.Watch(NODES[:2], ["c0", "c1"], nodes, None, every=0.0)
+    w = watch.Watch(NODES[:2], ["c0", "c1"], nodes, None, every=every)
     began = time.monotonic()
     try:
         while time.monotonic() - began < 2.0:  # more than three patiences
@@ -383,7 +389,7 @@ def test_a_slow_engine_that_answers_its_ping_is_not_a_lost_node(monkeypatch):
     finally:
         release.set()
     time.sleep(0.1)
-    w.check()
+    w.check(force=True)
     assert w.boxes()[1].status == "running"
 
 
@@ -615,11 +621,13 @@ def test_a_node_ray_marks_dead_is_named_by_what_its_engine_says_of_its_container
         release.set()
 
 
-def test_bring_up_names_a_node_whose_engine_stops_answering_before_it_said_its_address(monkeypatch):
+@pytest.mark.parametrize("every", [0.0, 30.0])
+def test_bring_up_names_a_node_whose_engine_stops_answering_before_it_said_its_address(monkeypatch, every):
     """A worker's host cut off the network while Ray comes up, before the launcher read its address line:
     every call to its engine hangs (docker-py waits up to 120 s). The read of that line held the bring-up's
     loop until the client gave up; now it is waited for LOOK_WAIT, and the watch names the silent engine
-    after ENGINE_PATIENCE, as it does while a job runs."""
+    after ENGINE_PATIENCE, as it does while a job runs; also where looks are far apart (``every`` 30 s:
+    the period at 1,920 nodes; bench/watch_scale.py found 1,000 hung engines named after 16.9 s, a period)."""
     import threading
     import time
     from types import SimpleNamespace
@@ -631,7 +639,7 @@ def test_bring_up_names_a_node_whose_engine_stops_answering_before_it_said_its_a
     monkeypatch.setattr(watch, "LOOK_WAIT", 0.1)
     from rlbox.cluster import bringup
     monkeypatch.setattr(bringup, "LOOK_WAIT", 0.1)
-    monkeypatch.setattr(watch, "period", lambda nodes: 0.0)
+    monkeypatch.setattr(watch, "period", lambda nodes: every)
     release = threading.Event()
 
     class Container:

@@ -131,9 +131,9 @@ class Cluster:
         if pacing:
             self.echo(pacing)
 
-        def lost_node() -> None:  # one look at the engines a watch period, not one a poll of Ray's table
+        def lost_node() -> None:  # one look at the engines a watch period (or once an engine's silence is due), not a poll
             now = time.monotonic()
-            if now - last[0] < looking.every:
+            if now - last[0] < looking.every and not looking.overdue(now):
                 return
             last[0] = now
             gate.give()  # the workers Ray's table now lets start (one started again below keeps its go file)

@@ -34,6 +34,7 @@ LOOK_WAIT = 1.0  # seconds a look waits for the engines' answers; a call still o
 TAIL_LINES = 12  # lines of an exited container's output read back (its last line is said; all are searched)
 DASHBOARD_PATIENCE = 10.0  # seconds the head's dashboard may not answer while its container runs
 CAUSE_WAIT = 10.0  # seconds a node Ray marks DEAD waits for its engine, still answering, to say what became of it
+PING_EVERY = 1.0  # seconds between pings of an engine whose call is out, between looks too (looks far apart at large N)
 _REPORTED = re.compile(r"^rlbox-node: (head|worker) on (\S+) \(", re.MULTILINE)
 
 
@@ -379,7 +380,14 @@ class Watch:
     def overdue(self, now: float) -> bool:
         """An engine silent for ENGINE_PATIENCE (a call still out, its ping unanswered as long, or
         calls failing since then: an engine killed refuses them): its node is to be named now, not
-        at the next look (which may be up to ``every`` seconds away)."""
+        at the next look (which may be up to ``every`` seconds away). Asked often (each tick, each poll
+        of a bring-up), it also asks again, every PING_EVERY, the ping of each engine whose call is still
+        out: between looks far apart (15.6 s at 1,000 nodes) a slow engine that answers stays heard, and
+        is not named at the first tick after its last ping grew ENGINE_PATIENCE old."""
+        for i, call in list(self._pending.items()):
+            ping = self._pings.get(i)
+            if not call.done.is_set() and ping is not None and ping.done.is_set() and now - ping.began >= PING_EVERY:
+                self._pings[i] = Call(self._ping, i, now)
         out = {i: call.began for i, call in self._pending.items()}
         silent = {**out, **self._silent_since}
         return any(self._silent(i, began, now) >= ENGINE_PATIENCE for i, began in silent.items())
