@@ -136,8 +136,7 @@ class Cluster:
             if now - last[0] < looking.every and not looking.overdue(now):
                 return
             last[0] = now
-            gate.give()  # the workers Ray's table now lets start (one started again below keeps its go file)
-            boxes = looking.boxes()
+            boxes = looking.boxes()  # first: an engine's silence counts from this look's call
             for i, (node, box) in enumerate(zip(looking.expected, boxes)):
                 why = watch.gave_up(box)
                 if watch.start_again(node, box, tries.get((i, why), 0)):
@@ -148,9 +147,11 @@ class Cluster:
                 # judge names the head first: when it gave up, the loss is its own
                 head = next((b for e, b in zip(looking.expected, boxes) if watch.head_gave_up(e, b)), None)
                 raise watch.HeadGaveUp(loss, head) if head is not None else watch.NodeLost(loss)
+            gate.give()  # the workers Ray's table now lets start (one started again above keeps its go file)
             self.learn_addresses()
 
-        self.learn_addresses()
+        lost_node()  # the first look before anything else is waited for: an engine silent from the start is
+        # named ENGINE_PATIENCE after it, not after the first reads and gos have had their LOOK_WAIT too
         expected = {e.label: e.address for e in self.watcher().expected}
 
         def progress(nodes_up: int, npus: int, total: int) -> None:
