@@ -295,11 +295,11 @@ def rlbox_bringup(bed: Bed, n: int, cluster: Path, runs: Path, name: str, perf: 
     ``perf``, each phase's CPU by process name (Sampler)."""
     sampler = Sampler() if perf else None
     times: list[tuple[str, float]] = [("start", time.monotonic())]
-    cpu_start = cpu_so_far(bed, n, before=True)
     # rlbox's own CPU (its process and its ssh: a walk of /proc, ~30 ms with 16 hosts' Ray up) is read at the
-    # start and at ready, outside the timed window; at each phase mark only with ``perf`` (a dozen walks
-    # inside the window cost the measured bring-up ~0.3 CPU-s that bare's measurement does not pay)
+    # start and at ready, outside the timed window and the machine's CPU count; at each phase mark only with
+    # ``perf`` (a dozen walks inside the window cost the measured bring-up ~0.3 CPU-s that bare's does not pay)
     own: list[tuple[str, float]] = [("start", own_cpu())]
+    cpu_start = cpu_so_far(bed, n, before=True)
     start = time.perf_counter()
     ready_at: list[float] = []
     cpu_ready: list[tuple[float, float]] = []
@@ -320,7 +320,7 @@ def rlbox_bringup(bed: Bed, n: int, cluster: Path, runs: Path, name: str, perf: 
         if line.startswith("cluster ready"):
             ready_at.append(time.perf_counter())
             cpu_ready.append(cpu_since(bed, n, cpu_start))
-            own_ready.append(own_cpu())
+            own_ready.append(own_cpu())  # after the machine's count: the walk is not rlbox's
         elif line.startswith("bring-up: "):  # rlbox's own breakdown (execute.Cluster.phases)
             phases.append(line.removeprefix("bring-up: "))
         elif "starting it again" in line:  # a raylet that timed out registering (Ray's 30 s) is counted in
