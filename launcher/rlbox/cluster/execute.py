@@ -132,7 +132,7 @@ class Cluster:
             self.echo(pacing)
 
         def lost_node() -> None:  # one look at the engines a watch period (or once an engine's silence is due), not a poll
-            now = time.monotonic()
+            now = looking.clock()
             if now - last[0] < looking.every and not looking.overdue(now):
                 return
             last[0] = now

@@ -289,8 +289,12 @@ class Watch:
 
     def _silent(self, index: int, began: float, now: float) -> float:
         """Seconds node ``index``'s engine has said nothing at ``now``, counted from ``began`` (its
-        call out since then, or failing), or from its last answered ping when that came later."""
-        return now - max(began, self._heard.get(index, began))
+        call out since then, or failing), or from its last answered ping when that came later. A ping
+        still out counts from PING_EVERY before it was asked at the earliest: a gap in the asking (the
+        caller's loop busy for seconds on a loaded machine) is not the engine's silence."""
+        ping = self._pings.get(index)
+        asked = ping.began - PING_EVERY if ping is not None and not ping.done.is_set() else began
+        return now - max(began, self._heard.get(index, began), asked)
 
     def _still_out(self, index: int, call: Call) -> Box:
         """A node whose call has not come back: its engine is asked for a ping beside it (one at a
@@ -388,7 +392,7 @@ class Watch:
             ping = self._pings.get(i)
             if not call.done.is_set() and ping is not None and ping.done.is_set() and now - ping.began >= PING_EVERY:
                 self._pings[i] = Call(self._ping, i, now)
-        out = {i: call.began for i, call in self._pending.items()}
+        out = {i: call.began for i, call in self._pending.items() if not call.done.is_set()}  # back: not silent
         silent = {**out, **self._silent_since}
         return any(self._silent(i, began, now) >= ENGINE_PATIENCE for i, began in silent.items())
 
