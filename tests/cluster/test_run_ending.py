@@ -57,7 +57,7 @@ def _run(monkeypatch, tmp_path, *, check=None, start=None, teardown=None, holder
 
     def interrupted_in_the_takeover_check(plan, nodes):  # on its thread (hosts.Call), as the engine is asked
         asked.append(True)
-        if holder is KeyboardInterrupt and len(asked) == 2:  # the check of the end being said: Ctrl-C meanwhile
+        if holder is KeyboardInterrupt:  # the check of the end being said (a plain error's): Ctrl-C meanwhile
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             time.sleep(1)
         return None if holder is KeyboardInterrupt else holder
@@ -75,6 +75,7 @@ def _run(monkeypatch, tmp_path, *, check=None, start=None, teardown=None, holder
     try:
         execute.execute(plan, run_dir=tmp_path, echo=lambda s: None, emit=lambda s: None, bring_up_only=True)
     except BaseException as err:  # noqa: BLE001 - an interrupt that escapes is a wrong ending, said as one
+        err.asked = len(asked)
         return err, bool(torn)
     return None, bool(torn)
 
@@ -90,8 +91,8 @@ def _run(monkeypatch, tmp_path, *, check=None, start=None, teardown=None, holder
     ("taken over", dict(start=LOSS, holder="id2"),
      "run 'r' (id id1) was taken over by another `rlbox run --replace --name r` (run id id2); "
      "this one removed only its own containers and claims", 2),
-    ("Ctrl-C while the end is said", dict(start=LOSS, holder=KeyboardInterrupt),
-     f"run 'r' failed: {LOSS}; interrupted; every node was cleaned up", 130),
+    ("Ctrl-C while the end is said", dict(start=RlboxError("Ray not ready"), holder=KeyboardInterrupt),
+     "Ray not ready; interrupted; every node was cleaned up", 130),
     ("a plain error, a host not reached", dict(start=RlboxError("Ray not ready"), teardown=GONE),
      f"Ray not ready; then {GONE}", 2),
 ])
@@ -114,3 +115,17 @@ def test_slurm_s_line_reads_what_the_run_s_end_noted(monkeypatch, tmp_path, kw, 
     assert ended_line(SLURM, "r", err) == line
     if "start" in kw and type(kw["start"]) is RlboxError:
         assert str(err) == "Ray not ready"  # a plain error's own line is not changed
+
+
+HEAD_CUT = watch.NodeLost(watch.Loss("node0 (h1)", "head", "its engine has not answered for 3 s", silent=True))
+
+
+@pytest.mark.parametrize("lost, asked", [
+    (LOSS, 1),  # a worker lost: who holds the run's name is asked of the head's engine once, not again before teardown
+    (HEAD_CUT, 0),  # the head's engine silent: not asked at all (each ask waited ENGINE_PATIENCE for it: +6 s an exit)
+    (watch.NodeLost(watch.Loss("node0 (h1)", "head", "its container exited with code 1")), 1),  # its engine answers
+])
+def test_who_holds_the_name_is_asked_once_and_never_of_a_silent_head(monkeypatch, tmp_path, lost, asked):
+    err, torn = _run(monkeypatch, tmp_path, start=lost)
+    assert str(err) == f"run 'r' failed: {lost}; every node was cleaned up" and torn
+    assert err.asked == asked

@@ -405,7 +405,7 @@ def execute(
                 if cleanup:
                     if run.record.phase is not Phase.FINISHED:
                         run.failed("FAILED", err.exit_code, str(err))
-                    taken = _taken_over_text(plan, nodes)
+                    taken = None if getattr(err, "takeover_asked", False) else _taken_over_text(plan, nodes)
                     if taken:
                         raise taken.with_tail(run.unsaved()) from None
                 if run.unsaved():
@@ -461,9 +461,12 @@ def _loss(lost: watch.NodeLost, run: "_Run", nodes: list[Node], attempt: int, ma
     cause = str(lost)
     if not getattr(lost, "said", False):
         run.echo(f"lost: {cause}")
-    _taken_over(run.plan, nodes)
+    if not (lost.loss.silent and lost.loss.role == "head"):  # the name's holder is asked of the head's engine
+        _taken_over(run.plan, nodes)
     if attempt >= max_restarts:
-        raise run.lost(cause, attempt) from None
+        end = run.lost(cause, attempt)
+        end.takeover_asked = True  # asked just now, or the head's engine silent: not asked again before teardown
+        raise end from None
     return cause
 
 
@@ -471,6 +474,7 @@ def _taken_over(plan: RunPlan, nodes: list[Node]) -> None:
     """No restart for a run that another --replace took over: it ends, saying so."""
     taken = _taken_over_text(plan, nodes)
     if taken:
+        taken.takeover_asked = True
         raise taken
 
 

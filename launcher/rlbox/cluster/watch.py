@@ -70,6 +70,7 @@ class Loss:
     role: str
     what: str
     by_ray: int | None = None  # the node's index when only Ray's table showed the loss (its engine may say why)
+    silent: bool = False  # its engine has not answered (a host cut off, an engine gone): nothing more to ask it
 
     def line(self) -> str:
         return f"{self.label}, the {'Ray head' if self.role == 'head' else 'worker'}, was lost: {self.what}"
@@ -109,7 +110,7 @@ def judge(expected: list[Expected], boxes: list[Box], table: list[ray.RayNode] |
         if box.status == GONE:
             return Loss(node.label, node.role, "its container is gone (removed or its host rebooted)")
         if box.status == UNREACHABLE and box.since >= ENGINE_PATIENCE:
-            return Loss(node.label, node.role, f"its engine has not answered for {box.since:.0f} s")
+            return Loss(node.label, node.role, f"its engine has not answered for {box.since:.0f} s", silent=True)
         if box.status == "paused":
             return Loss(node.label, node.role, "its container is paused (frozen: `docker pause` or the engine froze it)")
         if box.status in ("exited", "dead"):
