@@ -528,9 +528,11 @@ def test_a_head_that_timed_out_starting_ray_is_told_apart(role, last, gives_up):
     assert not watch.head_gave_up(node, Box("running"))
 
 
-def test_bring_up_raises_head_gave_up_for_a_head_whose_ray_start_timed_out(monkeypatch):
+@pytest.mark.parametrize("late", [False, True])
+def test_bring_up_raises_head_gave_up_for_a_head_whose_ray_start_timed_out(monkeypatch, late):
     """Cluster.wait_ready: the head exited with Ray's start-up time-out is HeadGaveUp (the run then brings
-    the cluster up again, execute's loop), still a NodeLost naming the head for a caller that knows no more."""
+    the cluster up again, execute's loop), still a NodeLost naming the head for a caller that knows no more;
+    seen at the bring-up's first look, or (``late``) at a look while Ray's table is read."""
     from rlbox.cluster import ray as ray_mod
 
     class Container:
@@ -544,13 +546,21 @@ def test_bring_up_raises_head_gave_up_for_a_head_whose_ray_start_timed_out(monke
             assert path == watch.RAYLET_LOG
             return _raylet_archive()
 
-    boxes = {"c0": Container("c0", "exited", f"{TIMED_OUT}\n"),
+    boxes = {"c0": Container("c0", "running" if late else "exited", f"{TIMED_OUT}\n"),
              "c1": Container("c1", "running", "rlbox-node: worker on 10.0.0.2 (eth0), head 10.0.0.1:6379\n")}
     cluster = _cluster_of(boxes, lambda line: None)
-    monkeypatch.setattr(ray_mod, "wait_for_npus", lambda base, expected, total, timeout, progress, alive_check: alive_check())
+    read = []
+
+    def looks(base, expected, total, timeout, progress, alive_check):
+        read.append(True)
+        boxes["c0"].status = "exited"  # it gives up while Ray's table is read
+        alive_check()
+
+    monkeypatch.setattr(ray_mod, "wait_for_npus", looks)
     monkeypatch.setattr(watch, "period", lambda nodes: 0.0)
     with pytest.raises(watch.HeadGaveUp, match=r"node0 \(h0\), the Ray head, was lost: its container exited with code 1") as up:
         cluster.wait_ready(10)
+    assert bool(read) is late  # at the first look, before Ray's table is read at all; else at the table's look
     # the line that brings the cluster up again says why in Ray's words and its raylet's (execute)
     assert up.value.said() == f"{watch.RAY_START_TIMED_OUT}; raylet: {RAYLET_WARNED}"
     assert watch.HeadGaveUp(up.value.loss).said() == watch.RAY_START_TIMED_OUT  # no box: Ray's words alone
