@@ -394,7 +394,7 @@ def execute(
                     except RlboxError:
                         pass
                 if cleanup:
-                    run.failed("INTERRUPTED", code, f"interrupted by {signal_name(code - 128)}")
+                    run.interrupted(code)
                 raise Ending("interrupted", exit_code=code) from None
             except OSError as err:  # the runs dir full or read-only; requests' errors are OSErrors too
                 what = f"cannot write {err.filename}: {err.strerror}" if err.filename else engine.reason(err)
@@ -416,7 +416,7 @@ def execute(
         engine.ignore_interrupts()
         code = engine.exit_code_of(interrupt)
         if cleanup and run.record.phase is not Phase.FINISHED:
-            run.failed("INTERRUPTED", code, f"interrupted by {signal_name(code - 128)}")
+            run.interrupted(code)
         said = interrupt.__context__
         ending = Ending(f"{said}; interrupted" if isinstance(said, RlboxError) else "interrupted", exit_code=code)
         raise ending from None
@@ -509,6 +509,9 @@ class _Run:
 
     def failed(self, status: str, code: int, reason: str) -> None:
         self.advance(Phase.FINISHED, status=status, exit_code=code, reason=reason)
+
+    def interrupted(self, code: int) -> None:  # code: 128 + the signal's number
+        self.failed("INTERRUPTED", code, f"interrupted by {signal_name(code - 128)}")
 
     def lost(self, cause: str, attempt: int) -> RlboxError:
         """A node lost with no restart left: recorded, and the error that ends the run."""

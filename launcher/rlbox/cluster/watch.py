@@ -297,14 +297,18 @@ class Watch:
         asked = ping.began - PING_EVERY if ping is not None and not ping.done.is_set() else began
         return now - max(began, self._heard.get(index, began), asked)
 
+    def _ping_again(self, index: int, now: float, after: float) -> None:
+        """Ask node ``index``'s engine for its ping: one at a time, not sooner than ``after`` seconds after the last."""
+        ping = self._pings.get(index)
+        if ping is None or (ping.done.is_set() and now - ping.began >= after):
+            self._pings[index] = Call(self._ping, index, now)
+
     def _still_out(self, index: int, call: Call) -> Box:
         """A node whose call has not come back: its engine is asked for a ping beside it (one at a
         time), so an engine that answers, only slowly (a loaded machine: a container inspected while
         the engine creates and removes others), is told from one cut off, stopped or frozen, whose
         ping is as silent as the call. A slow call still ends at the client's timeout (120 s)."""
-        ping = self._pings.get(index)
-        if ping is None or ping.done.is_set():
-            self._pings[index] = Call(self._ping, index, self.clock())
+        self._ping_again(index, self.clock(), 0.0)
         began = self._silent_since.setdefault(index, call.began)
         return Box(UNREACHABLE, since=self._silent(index, began, self.clock()))
 
@@ -389,11 +393,9 @@ class Watch:
         of a bring-up), it also asks again, every PING_EVERY, the ping of each engine whose call is still
         out: between looks far apart (15.6 s at 1,000 nodes) a slow engine that answers stays heard, and
         is not named at the first tick after its last ping grew ENGINE_PATIENCE old."""
-        for i, call in list(self._pending.items()):
-            ping = self._pings.get(i)
-            if not call.done.is_set() and ping is not None and ping.done.is_set() and now - ping.began >= PING_EVERY:
-                self._pings[i] = Call(self._ping, i, now)
         out = {i: call.began for i, call in self._pending.items() if not call.done.is_set()}  # back: not silent
+        for i in out:
+            self._ping_again(i, now, PING_EVERY)
         silent = {**out, **self._silent_since}
         return any(self._silent(i, began, now) >= ENGINE_PATIENCE for i, began in silent.items())
 
