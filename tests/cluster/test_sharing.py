@@ -280,3 +280,49 @@ def test_a_whole_host_and_some_of_its_npus_racing_one_engine_exactly_one_holds(s
         assert f"is held by run '{won[0]}'" in outcome[lost] and _claims(lost) == [], outcome
         assert len(_claims(won[0])) == outcome[won[0]] == 9  # 8 hosts' and the port
         sharing.release(docker.from_env(), won[0])
+
+
+def test_a_claims_lock_whose_holder_ended_on_this_machine_is_taken_over_at_once(sim_image, monkeypatch):
+    """A lock left by an rlbox killed mid-claim: when its holder was a process of this machine, the next
+    claimer asks this machine's kernel and takes the lock at once, not after LOCK_WAIT (30 s); a holder
+    that still runs is waited for as before."""
+    import time
+
+    from rlbox.cluster import holder, sharing
+
+    client = docker.from_env()
+
+    def leave_lock(label: str) -> None:
+        client.api.create_container(sim_image, ["true"], name=sharing.CLAIMS_LOCK, labels={
+            "io.rlbox.managed": "true", sharing.LABEL_CLAIM: "t13-killed", sharing.LABEL_CLAIM_HOLDER: label})
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        alive = holder.here(pid=child.pid)
+        leave_lock(alive)
+        monkeypatch.setattr(sharing, "LOCK_WAIT", 2.0)  # a holder that runs: its lock's time limit, as before
+        began = time.monotonic()
+        assert sharing.claim(*_claimer("t13-wait", "sim0", (3,), False, sim_image)) == 2
+        assert time.monotonic() - began >= 2.0
+        sharing.release(client, "t13-wait")
+    finally:
+        child.kill()
+        child.wait()
+    leave_lock(alive)  # the same holder, now ended
+    monkeypatch.setattr(sharing, "LOCK_WAIT", 30.0)
+    began = time.monotonic()
+    assert sharing.claim(*_claimer("t13-after", "sim0", (3,), False, sim_image)) == 2
+    assert time.monotonic() - began < 5.0
+    assert client.containers.list(all=True, filters={"name": sharing.CLAIMS_LOCK}) == []
+    # a claims lock this rlbox takes names it as its holder while it claims
+    seen = []
+    real = sharing._create
+
+    def spy(plan, client_, name, what, where=None, held_by=""):
+        seen.append((name, held_by))
+        return real(plan, client_, name, what, where, held_by)
+
+    monkeypatch.setattr(sharing, "_create", spy)
+    sharing.release(client, "t13-after")
+    sharing.claim(*_claimer("t13-after", "sim0", (3,), False, sim_image))
+    assert (sharing.CLAIMS_LOCK, holder.here()) in seen

@@ -32,6 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from rlbox.cluster import holder as lock_holder
 from rlbox.cluster.spec import host_key
 from rlbox.core import engine
 from rlbox.core.errors import RlboxError
@@ -43,8 +44,11 @@ LABEL_CLAIM = "io.rlbox.claim"
 LABEL_CLAIM_ID = "io.rlbox.claim-run-id"
 LABEL_CLAIM_WHAT = "io.rlbox.claim-what"
 LABEL_CLAIM_SCOPE = "io.rlbox.claim-scope"  # an NPU claim's scope (sharing.scope): "" the engine's machine
+LABEL_CLAIM_HOLDER = "io.rlbox.claim-holder"  # a claims lock's holder process (lock_holder.here)
 CLAIMS_LOCK = "rlbox-claims-lock"  # one per engine, held by a run while it claims there
-LOCK_WAIT = 30.0  # seconds: a lock is held while its run claims (about a second); longer, its rlbox died
+# seconds: a lock is held while its run claims (about a second); longer, its rlbox died. Only for a holder
+# this machine cannot ask about (another machine or pid namespace): one of this machine is asked (lock_holder.gone)
+LOCK_WAIT = 30.0
 
 
 def parse_devices(text: str | None) -> int | tuple[int, ...] | None:
@@ -341,16 +345,17 @@ class _Stopped(Exception):
     """An engine's claiming stopped because another engine's failed."""
 
 
-def _labels(plan, what: str, where: str | None = None) -> dict[str, str]:
+def _labels(plan, what: str, where: str | None = None, held_by: str = "") -> dict[str, str]:
     labels = {engine.LABEL_MANAGED: "true", LABEL_CLAIM: plan.run, LABEL_CLAIM_ID: plan.run_id, LABEL_CLAIM_WHAT: what}
-    return labels if where is None else {**labels, LABEL_CLAIM_SCOPE: where}
+    labels = labels if where is None else {**labels, LABEL_CLAIM_SCOPE: where}
+    return {**labels, LABEL_CLAIM_HOLDER: held_by} if held_by else labels
 
 
-def _create(plan, client, name: str, what: str, where: str | None = None) -> str:
-    """A never-started container ``name`` holding ``what`` for this run id (a claim or a claims lock;
-    the engine refuses a second of the name: 409). The low-level create: one call to the engine (the
-    high-level one reads the container back)."""
-    return client.api.create_container(plan.image, ["true"], name=name, labels=_labels(plan, what, where),
+def _create(plan, client, name: str, what: str, where: str | None = None, held_by: str = "") -> str:
+    """A never-started container ``name`` holding ``what`` for this run id (a claim or a claims lock, ``held_by``
+    this process: lock_holder.here; the engine refuses a second of the name: 409). The low-level
+    create: one call to the engine (the high-level one reads the container back)."""
+    return client.api.create_container(plan.image, ["true"], name=name, labels=_labels(plan, what, where, held_by),
                                        host_config=client.api.create_host_config(network_mode="none"))["Id"]
 
 
@@ -380,7 +385,7 @@ def _try_lock(plan, node, locks: list) -> bool:
 
     client = node.client
     try:
-        made = _create(plan, client, CLAIMS_LOCK, "claims lock")
+        made = _create(plan, client, CLAIMS_LOCK, "claims lock", held_by=lock_holder.here())
     except APIError as err:
         if err.status_code != 409:
             raise RlboxError(f"{node.host.name}: cannot take the claims lock: {engine.reason(err)}") from None
@@ -396,19 +401,22 @@ def _try_lock(plan, node, locks: list) -> bool:
 
 
 def _wait_for_lock(node) -> None:
-    """Until the engine's claims lock is given back, or the same one was held LOCK_WAIT (then
-    removed: its holder died mid-claim; one that changed hands is another run's, waited afresh)."""
+    """Until the engine's claims lock is given back, or its holder is known to have died mid-claim
+    (then removed): at once when the holder was a process of this machine that has ended (this
+    machine's kernel says so: lock_holder.gone), else once the same lock was held LOCK_WAIT (one that
+    changed hands is another run's, waited afresh)."""
     client = node.client
     seen, since = None, time.monotonic()
     while True:
         try:
-            holder = client.containers.get(CLAIMS_LOCK).id
+            lock = client.api.inspect_container(CLAIMS_LOCK)
         except Exception:  # noqa: BLE001 - given back
             return
-        if holder != seen:
-            seen, since = holder, time.monotonic()
-        elif time.monotonic() - since > LOCK_WAIT:
-            engine.remove_id_quietly(client, holder)
+        if lock["Id"] != seen:
+            seen, since = lock["Id"], time.monotonic()
+        held_by = ((lock.get("Config") or {}).get("Labels") or {}).get(LABEL_CLAIM_HOLDER)
+        if lock_holder.gone(held_by) or time.monotonic() - since > LOCK_WAIT:
+            engine.remove_id_quietly(client, seen)
             return
         time.sleep(0.05)
 
