@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -34,8 +35,8 @@ def _proc(stats: dict[int, str], boot: str = BOOT, ns: str = NS, me: int = os.ge
     return read, readlink
 
 
-def _stat(pid: int, start: int, name: str = "python3") -> str:
-    return f"{pid} ({name}) S 1 1 1 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"
+def _stat(pid: int, start: int, name: str = "python3", state: str = "S") -> str:
+    return f"{pid} ({name}) {state} 1 1 1 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"
 
 
 def test_this_process_as_a_holder_is_its_boot_id_pid_namespace_pid_and_start_time():
@@ -51,6 +52,7 @@ def test_this_process_as_a_holder_is_its_boot_id_pid_namespace_pid_and_start_tim
     ({}, f"{BOOT} {NS} 4242 777", True),  # no such pid: ended
     ({4242: _stat(4242, 900)}, f"{BOOT} {NS} 4242 777", True),  # the pid taken by a later process: ended
     ({4242: _stat(4242, 777, "a b) (c")}, f"{BOOT} {NS} 4242 777", False),  # a name with spaces and parentheses
+    ({4242: _stat(4242, 777, state="Z")}, f"{BOOT} {NS} 4242 777", True),  # killed, not reaped yet: ended
     ({}, f"{BOOT.replace('0f', 'ff')} {NS} 4242 777", None),  # another machine: not this kernel's to say
     ({}, f"{BOOT} pid:[4026532000] 4242 777", None),  # another pid namespace (an rlbox in a container)
     ({}, None, None),  # a lock of an rlbox before holders were labelled
@@ -78,6 +80,11 @@ def test_a_real_process_that_ended_is_gone_and_one_that_runs_is_not():
     try:
         label = holder.here(pid=child.pid)
         assert label and holder.gone(label) is False
+        child.kill()
+        deadline = time.monotonic() + 10
+        while holder.gone(label) is not True and time.monotonic() < deadline:  # a zombie until it is reaped
+            time.sleep(0.01)
+        assert holder.gone(label) is True
     finally:
         child.kill()
         child.wait()

@@ -41,7 +41,8 @@ def here(read: Callable[[str], str] = _read, readlink: Callable[[str], str] = os
 
 def gone(label: str | None, read: Callable[[str], str] = _read, readlink: Callable[[str], str] = os.readlink) -> bool | None:
     """Whether the holder ``label`` names has ended: True when it is a process of this machine and pid
-    namespace whose pid no longer runs, or runs a process started at another time (the pid reused);
+    namespace whose pid no longer runs (gone, or a zombie not reaped yet), or runs a process started at
+    another time (the pid reused);
     False when it still runs; None when this machine cannot tell (another machine or namespace, a label
     that is not one, or /proc unreadable): the lock's own time limit decides then."""
     m = _LABEL.fullmatch(label or "")
@@ -52,7 +53,8 @@ def gone(label: str | None, read: Callable[[str], str] = _read, readlink: Callab
     if mine.split()[:2] != [boot, ns]:
         return None
     try:
-        return _start_time(read(f"/proc/{pid}/stat")) != start
+        stat = read(f"/proc/{pid}/stat")
+        return _start_time(stat) != start or stat[stat.rindex(")") + 2:].split()[0] in ("Z", "X")  # or a zombie
     except (FileNotFoundError, ProcessLookupError):  # no such pid (its /proc folder gone as it was read)
         return True
     except (OSError, ValueError, IndexError):
