@@ -283,9 +283,16 @@ def cpu_since(bed: Bed, n: int, start: tuple[float, float]) -> tuple[float, floa
     return tuple(b - a for a, b in zip(start, cpu_so_far(bed, n)))
 
 
-def cpu_line(spent: tuple[float, float]) -> str:
+def busy_share(spent: tuple[float, float], seconds: float) -> float:
+    """How busy this machine's CPUs were from a bring-up's start to its ready: its CPU-seconds over what
+    every CPU could give in that time (1.0: CPU-bound throughout, lower: time spent waiting)."""
+    return spent[0] / (seconds * (os.cpu_count() or 1))
+
+
+def cpu_line(spent: tuple[float, float], seconds: float) -> str:
     machine, containers = spent
-    return f"{machine:.1f} CPU-s to ready: containers {containers:.1f}, the rest {machine - containers:.1f}"
+    return (f"{machine:.1f} CPU-s to ready: containers {containers:.1f}, the rest {machine - containers:.1f}, "
+            f"the CPUs {busy_share(spent, seconds):.0%} busy")
 
 
 def rlbox_bringup(bed: Bed, n: int, cluster: Path, runs: Path, name: str, perf: bool = False) -> dict:
@@ -562,7 +569,7 @@ def main() -> int:
                 b_cpu: list[tuple[float, float]] = []
                 b, b_down = baseline(lambda: parallel_bare(bed, n, image, b_cpu), bed, n, "rlbox-bench-bare", "(b)")
                 b_spent = b_cpu[0] if b_cpu else (float("nan"), float("nan"))
-                print(f"{n} host(s): rlbox {cpu_line(x['cpu'])} | (b) {cpu_line(b_spent)}", flush=True)
+                print(f"{n} host(s): rlbox {cpu_line(x['cpu'], r)} | (b) {cpu_line(b_spent, b)}", flush=True)
                 results.append({"hosts": n, "rep": rep + 1, "rlbox_s": round(r, 2), "rlbox_preflight_s": round(x["preflight"], 2),
                                 "rlbox_teardown_s": round(x["teardown"], 2), "rlbox_phases": x["phases"], "watch_tick_cpu_ms": round(x["tick_cpu_ms"], 2),
                                 "seed_script_s": round(a, 2), "seed_teardown_s": round(a_down, 2),
@@ -589,8 +596,10 @@ def main() -> int:
         extra = [(x["rlbox_cpu_s"][0] - x["bare_cpu_s"][0], x["rlbox_cpu_s"][1] - x["bare_cpu_s"][1]) for x in at[last["hosts"]]]
         print(f"at {last['hosts']} hosts, CPU-s to ready, rlbox - (b), the median of each run's: this machine "
               f"{median(e[0] for e in extra):+.1f}, the containers {median(e[1] for e in extra):+.1f}, the rest "
-              f"{median(e[0] - e[1] for e in extra):+.1f} (rlbox: its checks, ssh, the engines; (b): its ssh and docker CLI)",
-              flush=True)
+              f"{median(e[0] - e[1] for e in extra):+.1f} (rlbox: its checks, ssh, the engines; (b): its ssh and docker CLI); "
+              f"the CPUs busy from start to ready (medians): rlbox "
+              f"{median(busy_share(x['rlbox_cpu_s'], x['rlbox_s']) for x in at[last['hosts']]):.0%}, (b) "
+              f"{median(busy_share(x['bare_cpu_s'], x['parallel_bare_s']) for x in at[last['hosts']]):.0%}", flush=True)
         print(f"at {last['hosts']} hosts: rlbox/(b) {median(ratios):.2f}{each} (goal <= 1) | "
               f"rlbox at {last['hosts']} / rlbox at {first['hosts']}: {scale:.2f} (goal <= 2) | "
               f"watch CPU per tick per node: " + ", ".join(f"{x['hosts']}: {x['watch_tick_cpu_ms'] / x['hosts']:.1f} ms"
