@@ -314,15 +314,17 @@ def test_a_claims_lock_whose_holder_ended_on_this_machine_is_taken_over_at_once(
     assert sharing.claim(*_claimer("t13-after", "sim0", (3,), False, sim_image)) == 2
     assert time.monotonic() - began < 5.0
     assert client.containers.list(all=True, filters={"name": sharing.CLAIMS_LOCK}) == []
-    # a claims lock this rlbox takes names it as its holder while it claims
+    # a claims lock this rlbox takes names it as its holder while it claims: the labels the engine is given
+    from docker.api.container import ContainerApiMixin
+
     seen = []
-    real = sharing._create
+    real = ContainerApiMixin.create_container
 
-    def spy(plan, client_, name, what, where=None, held_by=""):
-        seen.append((name, held_by))
-        return real(plan, client_, name, what, where, held_by)
+    def spy(self, image, command=None, *args, **kwargs):
+        seen.append((kwargs.get("name"), (kwargs.get("labels") or {}).get(sharing.LABEL_CLAIM_HOLDER)))
+        return real(self, image, command, *args, **kwargs)
 
-    monkeypatch.setattr(sharing, "_create", spy)
+    monkeypatch.setattr(ContainerApiMixin, "create_container", spy)
     sharing.release(client, "t13-after")
     sharing.claim(*_claimer("t13-after", "sim0", (3,), False, sim_image))
-    assert (sharing.CLAIMS_LOCK, holder.here()) in seen
+    assert (sharing.CLAIMS_LOCK, holder.here()) in seen and holder.here()
