@@ -22,7 +22,8 @@ LOSS = watch.NodeLost(watch.Loss("node1 (h2)", "worker", "its container exited")
 SLURM = "Slurm ended allocation 7 (TIMEOUT)"
 
 
-def _run(monkeypatch, tmp_path, *, check=None, start=None, teardown=None, holder=None, on_claims=None):
+def _run(monkeypatch, tmp_path, *, check=None, start=None, teardown=None, holder=None, on_claims=None, ready=None,
+         echo=None):
     plan = NS(run="r", run_id="id1", nodes=[NS(host=NS(name="h1"))], image="img", sim_files=None, job=None,
               as_dict=lambda: {"run": "r", "run_id": "id1"}, missing_image_hint=lambda: "", total_npus=1, network=None)
     torn = []
@@ -46,6 +47,10 @@ def _run(monkeypatch, tmp_path, *, check=None, start=None, teardown=None, holder
             pass
 
         def wait_ready(self, timeout):
+            if ready:
+                raise ready
+
+        def take_down_to_come_up_again(self):
             pass
 
         def teardown(self):
@@ -73,7 +78,7 @@ def _run(monkeypatch, tmp_path, *, check=None, start=None, teardown=None, holder
     monkeypatch.setattr(execute.driver, "unmark", lambda d: None)
     monkeypatch.setattr(execute.engine, "ignore_interrupts", lambda: None)
     try:
-        execute.execute(plan, run_dir=tmp_path, echo=lambda s: None, emit=lambda s: None, bring_up_only=True)
+        execute.execute(plan, run_dir=tmp_path, echo=echo or (lambda s: None), emit=lambda s: None, bring_up_only=True)
     except BaseException as err:  # noqa: BLE001 - an interrupt that escapes is a wrong ending, said as one
         err.asked = len(asked)
         return err, bool(torn)
@@ -129,3 +134,14 @@ def test_who_holds_the_name_is_asked_once_and_never_of_a_silent_head(monkeypatch
     err, torn = _run(monkeypatch, tmp_path, start=lost)
     assert str(err) == f"run 'r' failed: {lost}; every node was cleaned up" and torn
     assert err.asked == asked
+
+
+def test_a_head_whose_ray_start_gave_up_every_time_is_said_lost_once(monkeypatch, tmp_path):
+    """The cluster is brought up again START_AGAIN times, then the head is a loss like any other: said in a
+    "lost:" line (a HeadGaveUp's own words, its method ``said``, once hid that line), its run ended."""
+    said = []
+    head = watch.HeadGaveUp(watch.Loss("node0 (h1)", "head", f"its container exited with code 1; last output: {watch.RAY_START_TIMED_OUT}"))
+    err, torn = _run(monkeypatch, tmp_path, ready=head, echo=said.append)
+    assert sum("bringing the cluster up again" in line for line in said) == watch.START_AGAIN
+    assert [line for line in said if line.startswith("lost: ")] == [f"lost: {head}"]
+    assert str(err) == f"run 'r' failed: {head}; every node was cleaned up" and torn

@@ -18,15 +18,19 @@ NOTHING = "nothing was started"
 
 
 class Ending(RlboxError):
-    """What ended a run, before its teardown: ``str()`` is the cause alone (what its record keeps)."""
+    """What ended a run, before its teardown: ``str()`` is the cause alone (what its record keeps).
+    ``takeover_asked``: whether another run holds the name was asked already (or cannot be: the head's
+    engine silent), so the end is not asked again before the teardown."""
 
     def __init__(self, cause: str, exit_code: int | None = None, *, cleaned: str = CLEANED, partly: str = PARTLY,
-                 tail: str = ""):
+                 tail: str = "", takeover_asked: bool = False):
         super().__init__(cause, exit_code)
         self.cleaned, self.partly, self.tail = cleaned, partly, tail  # tail: what else the line says (an unsaved record)
+        self.takeover_asked = takeover_asked
 
     def with_tail(self, tail: str) -> "Ending":
-        return Ending(str(self), self.exit_code, cleaned=self.cleaned, partly=self.partly, tail=tail)
+        return Ending(str(self), self.exit_code, cleaned=self.cleaned, partly=self.partly, tail=tail,
+                      takeover_asked=self.takeover_asked)
 
     def completed(self, started: bool, unreached: RlboxError | None = None) -> "Ended":
         """The last line once the teardown ran (``started``: there was one), ``unreached``: its error."""
@@ -58,7 +62,7 @@ def last_line(ending: BaseException | None, teardown: RlboxError) -> Ended:
 def cleanup_of(err: RlboxError) -> str | None:
     """What the teardown of the run that ``err`` ended did, in words, when execute said or noted it (an
     ``Ended``'s, or ``cleanup`` noted on another error it let through); None: not known."""
-    return getattr(err, "cleanup", None)
+    return err.cleanup
 
 
 def signal_name(number: int) -> str:

@@ -405,7 +405,7 @@ def execute(
                 if cleanup:
                     if run.record.phase is not Phase.FINISHED:
                         run.failed("FAILED", err.exit_code, str(err))
-                    taken = None if getattr(err, "takeover_asked", False) else _taken_over_text(plan, nodes)
+                    taken = None if isinstance(err, Ending) and err.takeover_asked else _taken_over_text(plan, nodes)
                     if taken:
                         raise taken.with_tail(run.unsaved()) from None
                 if run.unsaved():
@@ -459,7 +459,7 @@ def _loss(lost: watch.NodeLost, run: "_Run", nodes: list[Node], attempt: int, ma
     """A lost node: said; the end of the run when another --replace took it over or no restart
     is left (recorded, raised); else the cause of the next restart."""
     cause = str(lost)
-    if not getattr(lost, "said", False):
+    if not lost.named:
         run.echo(f"lost: {cause}")
     if not (lost.loss.silent and lost.loss.role == "head"):  # the name's holder is asked of the head's engine
         _taken_over(run.plan, nodes)
@@ -513,7 +513,7 @@ class _Run:
     def interrupted(self, code: int) -> None:  # code: 128 + the signal's number
         self.failed("INTERRUPTED", code, f"interrupted by {signal_name(code - 128)}")
 
-    def lost(self, cause: str, attempt: int) -> RlboxError:
+    def lost(self, cause: str, attempt: int) -> Ending:
         """A node lost with no restart left: recorded, and the error that ends the run."""
         self.advance(Phase.FINISHED, status="NODE_LOST", exit_code=NODE_LOST_EXIT, lost=cause, reason=cause)
         return Ending(f"run '{self.plan.run}' failed: {cause}" + (f" (after {attempt} restart(s))" if attempt else ""),
@@ -559,7 +559,7 @@ def _follow(client: jobs.JobsClient, submission: str, cluster: Cluster, log_path
                     watcher.check()
                 except watch.NodeLost as lost:
                     echo(f"lost: {lost}")
-                    lost.said = True
+                    lost.named = True
                     raise
 
             try:

@@ -77,11 +77,13 @@ class Loss:
 
 
 class NodeLost(RlboxError):
-    """A node of a running job was lost (its Loss is ``.loss``)."""
+    """A node of a running job was lost (its Loss is ``.loss``; ``named``: already said in a "lost:" line,
+    as a job's follow says it at once)."""
 
     def __init__(self, loss: Loss):
         super().__init__(loss.line())
         self.loss = loss
+        self.named = False
 
 
 class HeadGaveUp(NodeLost):

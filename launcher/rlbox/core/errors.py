@@ -10,6 +10,7 @@ class RlboxError(Exception):
     """A user-facing failure. ``str(err)`` is one line; the CLI prints it and exits non-zero."""
 
     exit_code = 2
+    cleanup: str | None = None  # what the teardown of the run it ended did, in words (cluster.execute notes it)
 
     def __init__(self, message: str, exit_code: int | None = None):
         super().__init__(" ".join(message.split()) if "\n" in message else message)
