@@ -13,6 +13,7 @@ import time
 import pytest
 
 from rlbox.cluster import holder
+from rlbox.cluster.agent import BOOT_ID
 
 BOOT = "0f0e0d0c-0b0a-0908-0706-050403020100"
 NS = "pid:[4026531836]"
@@ -30,7 +31,7 @@ def _proc(stats: dict[int, str], boot: str = BOOT, ns: str = NS, tns: str | None
     stats = {ME: _stat(ME, 5000), **stats}
 
     def read(path: str) -> str:
-        if path == holder.BOOT_ID:
+        if path == BOOT_ID:
             return boot + "\n"
         pid = int(path.split("/")[2])
         if pid not in stats:
@@ -52,7 +53,7 @@ def _proc(stats: dict[int, str], boot: str = BOOT, ns: str = NS, tns: str | None
 def test_this_process_as_a_holder_is_its_boot_id_pid_namespace_pid_and_start_time():
     label = holder.here()
     boot, ns, tns, pid, start = label.split()
-    assert boot == open(holder.BOOT_ID).read().strip() and ns == os.readlink("/proc/self/ns/pid")
+    assert boot == open(BOOT_ID).read().strip() and ns == os.readlink("/proc/self/ns/pid")
     assert tns == (os.readlink("/proc/self/ns/time") if os.path.exists("/proc/self/ns/time") else holder.NO_TIME_NS)
     assert int(pid) == os.getpid() and start.isdigit()
     assert holder.gone(label) is False  # this very process still runs

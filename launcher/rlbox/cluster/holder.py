@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
+from rlbox.cluster.agent import BOOT_ID  # the kernel's boot id: which machine (as Node.machine reads it)
 NO_TIME_NS = "time:[-]"  # a kernel before Linux 5.6 has no time namespaces: every process shares its clock
 _LABEL = re.compile(r"([0-9a-f-]{36}) (pid:\[[0-9]{1,20}\]) (time:\[(?:[0-9]{1,20}|-)\]) ([0-9]{1,7}) ([0-9]{1,20})")
 
